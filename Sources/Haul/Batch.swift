@@ -1,0 +1,99 @@
+/// A group of transfers submitted together, with one report at the end.
+///
+/// Its events (``events``) and its ``report()`` cover every transfer in it, including those that joined a transfer
+/// another batch had already queued.
+public final class Batch: Sendable {
+    /// The batch's identifier within its manager.
+    public let id: BatchID
+    private let manager: TransferManager
+
+    init(id: BatchID, manager: TransferManager) {
+        self.id = id
+        self.manager = manager
+    }
+
+    /// Adds a transfer to the batch while it runs.
+    ///
+    /// - Throws: ``HaulError/Code/batchFinished`` when every transfer of the batch has already finished.
+    public func add(_ request: TransferRequest) throws {
+        let id = self.id
+        try self.manager.withCore { core, aftermath throws(HaulError) in
+            guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
+            guard core.batches[id]?.isFinished == false else {
+                throw HaulError(.batchFinished, "Batch \(id) has finished; start a new batch")
+            }
+            core.add(request, to: id, aftermath: &aftermath)
+        }
+    }
+
+    /// Says that no more transfers will be added: the batch finishes once those in it have. Batches from
+    /// ``TransferManager/enqueue(_:)-([TransferRequest])`` are sealed from the start.
+    public func seal() {
+        let id = self.id
+        self.manager.withCore { core, aftermath in
+            core.batches[id]?.isSealed = true
+            core.finishIfDone(id, aftermath: &aftermath)
+        }
+    }
+
+    /// The batch's events from the first time this property is read: the transfers' events, coalesced progress,
+    /// and a last ``BatchEvent/finished(_:)``; then the stream ends. Every read returns the same stream, which one
+    /// task iterates. A batch that already finished gives a stream of its final event.
+    public var events: AsyncStream<BatchEvent> {
+        let id = self.id
+        return self.manager.withCore { core, aftermath in
+            if let stream = core.batches[id]?.eventStream { return stream }
+            let (stream, continuation) = AsyncStream<BatchEvent>.makeStream()
+            if let report = core.batches[id]?.report {
+                continuation.yield(.finished(report))
+                aftermath.finishedStreams.append(continuation)
+            } else {
+                core.batches[id]?.events = continuation
+            }
+            core.batches[id]?.eventStream = stream
+            return stream
+        }
+    }
+
+    /// Waits until every transfer of the batch has finished and returns the report. Cancelling the waiting task
+    /// does not cancel the batch (call ``cancel()`` for that).
+    public func report() async -> BatchReport {
+        let id = self.id
+        return await withCheckedContinuation { continuation in
+            self.manager.withCore { core, _ in
+                if let report = core.batches[id]?.report {
+                    continuation.resume(returning: report)
+                } else {
+                    core.batches[id]?.waiters.append(continuation)
+                }
+            }
+        }
+    }
+
+    /// The batch's progress now.
+    public var progress: BatchProgress {
+        let id = self.id
+        return self.manager.core.withLockedValue { core in core.batches[id]!.tracker.snapshot(at: .now) }
+    }
+
+    /// Pauses every unfinished transfer of the batch.
+    public func pause() { self.forEachTransfer { $0.pause($1, aftermath: &$2) } }
+
+    /// Resumes every paused transfer of the batch.
+    public func resume() { self.forEachTransfer { $0.resume($1, aftermath: &$2) } }
+
+    /// Cancels the batch: its unfinished transfers are reported cancelled. Safe to call from inside an event loop
+    /// over ``events`` (SDL-0029's "cancel the rest" from the progress callback).
+    public func cancel() {
+        let id = self.id
+        self.manager.withCore { $0.cancel(batch: id, aftermath: &$1) }
+    }
+
+    private func forEachTransfer(_ body: (inout TransferManager.Core, TransferID, inout TransferManager.Aftermath) -> Void) {
+        let id = self.id
+        self.manager.withCore { core, aftermath in
+            guard let batch = core.batches[id] else { return }
+            for transferID in batch.pending.keys { body(&core, transferID, &aftermath) }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+import Foundation
+import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A download's temporary file: written at explicit offsets in batches, then moved into place.
+///
+/// It is opened without following a symbolic link at its own path, so a link planted where the `.part` file goes
+/// cannot redirect the write. Writes are gathered to ``batchSize`` (256 KiB) before they reach the kernel: fewer,
+/// larger writes cost less CPU than one per network read.
+struct PartialFile: ~Copyable {
+    /// How many bytes are gathered before one `pwrite`.
+    static let batchSize = 256 * 1024
+
+    let path: URL
+    private let descriptor: Int32
+    private var pending: ByteBuffer
+    /// Where the next byte goes, counting those still in the batch.
+    private(set) var size: Int64
+
+    /// Opens (creating it, with its folders) the partial file at `path`; its current size is where writing resumes.
+    init(openingAt path: URL) throws(HaulError) {
+        do {
+            try FileManager.default.createDirectory(
+                at: path.deletingLastPathComponent(), withIntermediateDirectories: true)
+        } catch {
+            throw HaulError(.fileSystem, "Cannot create the folder \(path.deletingLastPathComponent().path)", underlying: error)
+        }
+        let descriptor = open(path.path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { throw .posix("Cannot open \(path.path)") }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            let error = HaulError.posix("Cannot read the size of \(path.path)")
+            close(descriptor)
+            throw error
+        }
+        self.path = path
+        self.descriptor = descriptor
+        self.size = Int64(status.st_size)
+        self.pending = ByteBufferAllocator().buffer(capacity: Self.batchSize)
+    }
+
+    deinit { close(self.descriptor) }
+
+    /// Appends bytes at the end; they reach the file when the batch is full or on ``flush()``.
+    mutating func append(_ buffer: ByteBuffer) throws(HaulError) {
+        let count = buffer.readableBytes
+        if self.pending.readableBytes == 0 && count >= Self.batchSize {
+            try self.write(buffer, at: self.size)
+            self.size += Int64(count)
+            return
+        }
+        var buffer = buffer
+        self.pending.writeBuffer(&buffer)
+        self.size += Int64(count)
+        if self.pending.readableBytes >= Self.batchSize { try self.flush() }
+    }
+
+    /// Writes the gathered bytes.
+    mutating func flush() throws(HaulError) {
+        guard self.pending.readableBytes > 0 else { return }
+        let offset = self.size - Int64(self.pending.readableBytes)
+        try self.write(self.pending, at: offset)
+        self.pending.clear()
+    }
+
+    /// Forces the written bytes to stable storage.
+    func synchronize() throws(HaulError) {
+        guard fsync(self.descriptor) == 0 else { throw .posix("Cannot sync \(self.path.path)") }
+    }
+
+    private func write(_ buffer: ByteBuffer, at offset: Int64) throws(HaulError) {
+        let result: Int32 = buffer.withUnsafeReadableBytes { bytes in
+            var written = 0
+            while written < bytes.count {
+                let count = pwrite(
+                    self.descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    return errno
+                }
+                written += count
+            }
+            return 0
+        }
+        guard result == 0 else {
+            errno = result
+            throw .posix("Cannot write to \(self.path.path)")
+        }
+    }
+}
+
+extension PartialFile {
+    /// Feeds the first `count` bytes already on disk to `body`, in chunks, to hash a resumed file from its start.
+    static func read(_ path: URL, upTo count: Int64, _ body: (UnsafeRawBufferPointer) -> Void) throws(HaulError) {
+        let descriptor = open(path.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { throw .posix("Cannot open \(path.path)") }
+        defer { close(descriptor) }
+        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: PartialFile.batchSize, alignment: 16)
+        defer { chunk.deallocate() }
+        var offset: Int64 = 0
+        while offset < count {
+            let wanted = Int(min(Int64(chunk.count), count - offset))
+            let got = pread(descriptor, chunk.baseAddress!, wanted, off_t(offset))
+            if got < 0, errno == EINTR { continue }
+            guard got > 0 else { throw .posix("Cannot read \(path.path)") }
+            body(UnsafeRawBufferPointer(rebasing: chunk[..<got]))
+            offset += Int64(got)
+        }
+    }
+
+    /// Moves a finished file into place without replacing anything: `false` when `target` exists.
+    static func publishWithoutReplacing(_ source: URL, at target: URL) throws(HaulError) -> Bool {
+        // link(2) fails with EEXIST instead of replacing, atomically, on every POSIX file system.
+        if link(source.path, target.path) == 0 {
+            unlink(source.path)
+            return true
+        }
+        if errno == EEXIST { return false }
+        if errno == ENOTSUP || errno == EPERM || errno == EXDEV {
+            // File systems without hard links: check, then rename (a narrow race, documented).
+            if FileManager.default.fileExists(atPath: target.path) { return false }
+            return try self.publishReplacing(source, at: target)
+        }
+        throw .posix("Cannot move \(source.path) to \(target.path)")
+    }
+
+    /// Moves a finished file into place, replacing what is there atomically.
+    @discardableResult
+    static func publishReplacing(_ source: URL, at target: URL) throws(HaulError) -> Bool {
+        guard rename(source.path, target.path) == 0 else {
+            throw .posix("Cannot move \(source.path) to \(target.path)")
+        }
+        return true
+    }
+
+    /// Removes a file if it exists.
+    static func remove(_ path: URL) {
+        unlink(path.path)
+    }
+
+    /// The size of the file at `path`, 0 when there is none; an error when it is not a regular file (a symbolic
+    /// link planted at a partial file's path is refused, never followed).
+    static func size(of path: URL) throws(HaulError) -> Int64 {
+        var status = stat()
+        guard lstat(path.path, &status) == 0 else {
+            if errno == ENOENT { return 0 }
+            throw .posix("Cannot read \(path.path)")
+        }
+        guard (status.st_mode & S_IFMT) == S_IFREG else {
+            throw HaulError(.fileSystem, "\(path.path) is not a regular file; it is left alone")
+        }
+        return Int64(status.st_size)
+    }
+
+    /// Whether anything (a file, a folder, a link) is at `path`.
+    static func exists(_ path: URL) -> Bool {
+        var status = stat()
+        return lstat(path.path, &status) == 0
+    }
+}
+
+extension HaulError {
+    /// A file-system error carrying the current `errno` in words.
+    static func posix(_ message: String) -> HaulError {
+        let code = errno
+        let reason = String(cString: strerror(code))
+        return HaulError(.fileSystem, "\(message): \(reason)", underlying: POSIXErrorCode(rawValue: code).map { POSIXError($0) })
+    }
+}

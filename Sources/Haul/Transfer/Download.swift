@@ -1,0 +1,280 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+
+extension Download {
+    /// What the server told us that lets a later request continue the same file (RFC 9110 §13.1.5).
+    struct Validator: Sendable, Hashable {
+        /// A strong ETag (weak ones are never kept).
+        var etag: String?
+        /// The `Last-Modified` date as the server wrote it.
+        var lastModified: String?
+        /// The file's complete length.
+        var completeLength: Int64?
+
+        /// The value for `If-Range`: the strong ETag, else `Last-Modified`; `nil` when neither can be trusted.
+        var ifRangeValue: String? { self.etag ?? self.lastModified }
+    }
+
+    /// Everything one attempt needs, taken from the manager's record when the attempt starts.
+    struct Plan: Sendable {
+        var id: TransferID
+        var url: URL
+        var headers: [(name: String, value: String)]
+        /// The folder nothing may be written outside of.
+        var folder: URL
+        /// The file's path below ``folder``, as known before any response.
+        var nameComponents: [String]
+        /// Whether a `Content-Disposition` name replaces the last component.
+        var usesContentDisposition: Bool
+        var conflictPolicy: ConflictPolicy
+        var expectedByteCount: Int64?
+        var checksum: Checksum?
+        var computesSHA256: Bool
+        /// Validators from an earlier attempt in this process, to resume its partial file.
+        var validator: Validator?
+        var synchronizesFiles: Bool
+        var progressInterval: Duration
+
+        /// The final path for a name.
+        func finalPath(_ components: [String]) -> URL {
+            components.reduce(self.folder) { $0.appending(path: $1, directoryHint: .notDirectory) }
+        }
+
+        /// The partial file: beside the final file, named after it and the transfer, so that transfers that want
+        /// the same final name never share a partial file.
+        var partPath: URL {
+            let name = FileNaming.truncated(self.nameComponents.last!, maximumBytes: FileNaming.maximumNameBytes - 22)
+            let tag = String(TransferID.derived(url: self.id.rawValue, destination: "").rawValue.prefix(8))
+            return self.finalPath(Array(self.nameComponents.dropLast()) + ["\(name).\(tag).part"])
+        }
+    }
+
+    /// Hears what an attempt learns, to update the manager's record and emit events.
+    protocol Observer: Sendable {
+        func attemptStarted(_ id: TransferID, offset: Int64)
+        func responseAccepted(_ id: TransferID, validator: Validator, expectedBytes: Int64?, receivedBytes: Int64)
+        func restarted(_ id: TransferID, reason: String)
+        func progressed(_ id: TransferID, receivedBytes: Int64, at instant: ContinuousClock.Instant)
+    }
+
+    /// Runs one attempt to completion, failure or stop; never throws.
+    static func run(_ plan: Plan, transport: HTTPTransport, observer: some Observer) async -> AttemptOutcome {
+        do {
+            return try await self.attempt(plan, transport: transport, observer: observer, mayRestart: true)
+        } catch is CancellationError {
+            return .stopped
+        } catch let error as HaulError {
+            return Task.isCancelled ? .stopped : .failed(error)
+        } catch {
+            return Task.isCancelled ? .stopped : .failed(HaulError(.connectionFailed, "\(error)", underlying: error))
+        }
+    }
+
+    private static func attempt(
+        _ plan: Plan, transport: HTTPTransport, observer: some Observer, mayRestart: Bool
+    ) async throws -> AttemptOutcome {
+        var plan = plan
+        if !plan.usesContentDisposition, let outcome = self.existingFileOutcome(plan.finalPath(plan.nameComponents), plan) {
+            return outcome
+        }
+        var headers = plan.headers
+        headers.append(("Accept-Encoding", "identity"))
+        var offset = try PartialFile.size(of: plan.partPath)
+        var sentRange = false
+        if offset > 0 {
+            if let ifRange = plan.validator?.ifRangeValue {
+                headers.append(("Range", "bytes=\(offset)-"))
+                headers.append(("If-Range", ifRange))
+                sentRange = true
+            } else {
+                PartialFile.remove(plan.partPath)
+                offset = 0
+                observer.restarted(plan.id, reason: "no validator from the server to resume the partial file safely")
+            }
+        }
+        observer.attemptStarted(plan.id, offset: offset)
+        let response = try await transport.get(plan.url, headers: headers)
+        let status = Int(response.status.code)
+
+        var validator = Validator(
+            etag: response.headers.first(name: "etag").flatMap { $0.hasPrefix("W/") ? nil : $0 },
+            lastModified: response.headers.first(name: "last-modified"))
+        var expectedBytes: Int64?
+        var completeWithoutBody = false
+        switch status {
+        case 206 where sentRange:
+            let contentRange = response.headers.first(name: "content-range").flatMap(ContentRange.init(parsing:))
+            let known = plan.validator
+            let sameValidator = known?.etag == nil || validator.etag == known?.etag
+            guard let contentRange, contentRange.range?.lowerBound == offset, let length = contentRange.completeLength,
+                known?.completeLength == nil || known?.completeLength == length, sameValidator
+            else {
+                return try await self.restart(
+                    plan, transport: transport, observer: observer, mayRestart: mayRestart,
+                    reason: "the server's Content-Range did not continue the partial file")
+            }
+            expectedBytes = length
+        case 416 where sentRange:
+            let contentRange = response.headers.first(name: "content-range").flatMap(ContentRange.init(parsing:))
+            guard let contentRange, contentRange.range == nil, contentRange.completeLength == offset,
+                plan.validator?.completeLength == nil || plan.validator?.completeLength == offset
+            else {
+                return try await self.restart(
+                    plan, transport: transport, observer: observer, mayRestart: mayRestart,
+                    reason: "the server refused the range of the partial file")
+            }
+            validator = plan.validator ?? validator
+            expectedBytes = offset
+            completeWithoutBody = true
+        case 200...299 where status != 206:
+            if offset > 0 {
+                PartialFile.remove(plan.partPath)
+                offset = 0
+                observer.restarted(plan.id, reason: "the server sent the whole file instead of the requested range")
+            }
+            if let header = response.headers.first(name: "content-length") {
+                guard let length = Int64(header), length >= 0, header.allSatisfy(\.isASCII) else {
+                    throw HaulError(.invalidRequest, "Invalid Content-Length \"\(header)\" from \(plan.url.absoluteString)", httpStatus: status)
+                }
+                expectedBytes = length
+            }
+        default:
+            throw HaulError(
+                .httpStatus, "HTTP \(status) \(response.status.reasonPhrase) for \(plan.url.absoluteString)",
+                httpStatus: status)
+        }
+        validator.completeLength = expectedBytes
+        if let expected = plan.expectedByteCount, let announced = expectedBytes, expected != announced {
+            throw HaulError(
+                .sizeMismatch, "Expected \(expected) bytes but the server announced \(announced) for \(plan.url.absoluteString)",
+                httpStatus: status)
+        }
+        if plan.usesContentDisposition,
+            let header = response.headers.first(name: "content-disposition"),
+            let offered = ContentDisposition.fileName(in: header),
+            let name = FileNaming.sanitizedName(offered)
+        {
+            plan.nameComponents[plan.nameComponents.count - 1] = name
+            if let outcome = self.existingFileOutcome(plan.finalPath(plan.nameComponents), plan) { return outcome }
+        }
+        observer.responseAccepted(plan.id, validator: validator, expectedBytes: expectedBytes, receivedBytes: offset)
+        var file = try PartialFile(openingAt: plan.partPath)
+        guard file.size == offset else {
+            throw HaulError(.fileSystem, "\(plan.partPath.path) changed while it was being resumed")
+        }
+
+        var checksumDigester = plan.checksum.map { Digester($0.algorithm) }
+        var sha256Digester = plan.computesSHA256 && plan.checksum?.algorithm != .sha256 ? Digester(.sha256) : nil
+        if file.size > 0, checksumDigester != nil || sha256Digester != nil {
+            try PartialFile.read(plan.partPath, upTo: file.size) { bytes in
+                checksumDigester?.update(bytes)
+                sha256Digester?.update(bytes)
+            }
+        }
+
+        if !completeWithoutBody {
+            let clock = ContinuousClock()
+            var lastReport = clock.now
+            var receivedAny = false
+            do {
+                for try await chunk in response.body {
+                    receivedAny = true
+                    if checksumDigester != nil || sha256Digester != nil {
+                        chunk.withUnsafeReadableBytes { bytes in
+                            checksumDigester?.update(bytes)
+                            sha256Digester?.update(bytes)
+                        }
+                    }
+                    try file.append(chunk)
+                    if let expected = expectedBytes, file.size > expected {
+                        throw HaulError(.sizeMismatch, "The server sent more than the \(expected) bytes it announced", httpStatus: status)
+                    }
+                    let now = clock.now
+                    if now - lastReport >= plan.progressInterval {
+                        lastReport = now
+                        observer.progressed(plan.id, receivedBytes: file.size, at: now)
+                    }
+                }
+            } catch {
+                try? file.flush()
+                throw HTTPTransport.haulError(for: error, url: plan.url, receivedBody: receivedAny)
+            }
+            try file.flush()
+            observer.progressed(plan.id, receivedBytes: file.size, at: clock.now)
+        }
+        let byteCount = file.size
+        if let expected = expectedBytes, byteCount != expected {
+            throw HaulError(
+                .incompleteBody, "Received \(byteCount) of \(expected) bytes of \(plan.url.absoluteString)", httpStatus: status)
+        }
+        if let expected = plan.expectedByteCount, byteCount != expected {
+            PartialFile.remove(plan.partPath)
+            throw HaulError(.sizeMismatch, "Expected \(expected) bytes but received \(byteCount) for \(plan.url.absoluteString)", httpStatus: status)
+        }
+        let checksumDigest = checksumDigester?.finalize()
+        if let checksum = plan.checksum, checksumDigest != checksum.hexDigest {
+            PartialFile.remove(plan.partPath)
+            throw HaulError(
+                .checksumMismatch,
+                "The \(checksum.algorithm) of \(plan.url.absoluteString) is \(checksumDigest ?? "?"), expected \(checksum.hexDigest)",
+                httpStatus: status)
+        }
+        if plan.synchronizesFiles { try file.synchronize() }
+        _ = consume file
+        let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : sha256Digester?.finalize()
+        return try self.publish(plan, byteCount: byteCount, sha256: sha256)
+    }
+
+    /// Discards the partial file and tries once more from zero, or fails when that was the second try.
+    private static func restart(
+        _ plan: Plan, transport: HTTPTransport, observer: some Observer, mayRestart: Bool, reason: String
+    ) async throws -> AttemptOutcome {
+        PartialFile.remove(plan.partPath)
+        guard mayRestart else {
+            throw HaulError(.rangeNotHonored, "The server did not honour the range request: \(reason)")
+        }
+        observer.restarted(plan.id, reason: reason)
+        var fresh = plan
+        fresh.validator = nil
+        return try await self.attempt(fresh, transport: transport, observer: observer, mayRestart: false)
+    }
+
+    /// The outcome when the final file exists and the policy keeps it; `nil` when downloading should go on.
+    private static func existingFileOutcome(_ path: URL, _ plan: Plan) -> AttemptOutcome? {
+        guard PartialFile.exists(path) else { return nil }
+        if plan.conflictPolicy == .skip { return .skipped(existing: path) }
+        if plan.conflictPolicy == .fail {
+            return .failed(HaulError(.fileExists, "\(path.path) exists (conflict policy: fail)"))
+        }
+        return nil
+    }
+
+    /// Moves the partial file to its final name under the conflict policy.
+    private static func publish(_ plan: Plan, byteCount: Int64, sha256: String?) throws -> AttemptOutcome {
+        let part = plan.partPath
+        var components = plan.nameComponents
+        let name = components.removeLast()
+        func path(_ name: String) -> URL { plan.finalPath(components + [name]) }
+        let completed = { (target: URL) in AttemptOutcome.completed(CompletedFile(path: target, byteCount: byteCount, sha256: sha256)) }
+
+        if plan.conflictPolicy == .overwrite {
+            try PartialFile.publishReplacing(part, at: path(name))
+            return completed(path(name))
+        }
+        if try PartialFile.publishWithoutReplacing(part, at: path(name)) { return completed(path(name)) }
+        if plan.conflictPolicy == .skip {
+            PartialFile.remove(part)
+            return .skipped(existing: path(name))
+        }
+        if plan.conflictPolicy == .fail {
+            PartialFile.remove(part)
+            return .failed(HaulError(.fileExists, "\(path(name).path) exists (conflict policy: fail)"))
+        }
+        for n in 1...9_999 {
+            let candidate = path(FileNaming.numbered(name, n))
+            if try PartialFile.publishWithoutReplacing(part, at: candidate) { return completed(candidate) }
+        }
+        throw HaulError(.fileExists, "No free name for \(path(name).path) after 9,999 tries")
+    }
+}

@@ -1,0 +1,41 @@
+import NIOConcurrencyHelpers
+
+/// A one-shot signal that asks a running attempt to stop.
+///
+/// The attempt's driver waits on it beside the request; when it fires, the driver cancels the request's task.
+final class StopSignal: Sendable {
+    private enum State {
+        case idle
+        case waiting(CheckedContinuation<Void, Never>)
+        case fired
+    }
+    private let state = NIOLockedValueBox(State.idle)
+
+    /// Fires the signal; later calls do nothing.
+    func fire() {
+        let continuation: CheckedContinuation<Void, Never>? = self.state.withLockedValue { state in
+            defer { state = .fired }
+            if case .waiting(let continuation) = state { return continuation }
+            return nil
+        }
+        continuation?.resume()
+    }
+
+    /// Returns when the signal fires or the calling task is cancelled.
+    func wait() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = self.state.withLockedValue { state in
+                    if case .idle = state, !Task.isCancelled {
+                        state = .waiting(continuation)
+                        return false
+                    }
+                    return true
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            self.fire()
+        }
+    }
+}

@@ -1,0 +1,39 @@
+import Foundation
+
+/// Something that happened to one transfer.
+public struct TransferEvent: Sendable {
+    /// What happened.
+    public enum Kind: Sendable {
+        /// The transfer was accepted and waits for a slot.
+        case queued
+        /// A request was sent; `offset` is where the body continues (0 for a fresh start).
+        case started(offset: Int64)
+        /// More bytes arrived (coalesced: at most one per transfer per progress interval, and always a last one).
+        case progressed(TransferProgress)
+        /// The transfer was paused; its partial file is kept.
+        case paused
+        /// A paused transfer was resumed and waits for a slot.
+        case resumed
+        /// The partial file could not be continued and the download starts again from zero; says why.
+        case restarted(reason: String)
+        /// The transfer finished with this result.
+        case finished(TransferResult)
+    }
+
+    /// The transfer.
+    public var id: TransferID
+    /// Its URL.
+    public var url: URL
+    /// What happened.
+    public var kind: Kind
+}
+
+/// Something that happened in a batch: an event of one of its transfers, a progress update, or its end.
+public enum BatchEvent: Sendable {
+    /// An event of one of the batch's transfers.
+    case transfer(TransferEvent)
+    /// The batch's progress changed (coalesced to the progress interval; the last one always comes).
+    case progressed(BatchProgress)
+    /// Every transfer of the batch has finished; this is the last event.
+    case finished(BatchReport)
+}

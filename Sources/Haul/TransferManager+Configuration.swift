@@ -1,0 +1,38 @@
+extension TransferManager {
+    /// How a manager runs its transfers. Every default is documented with its reason.
+    public struct Configuration: Sendable {
+        /// How many transfers run at once, over all hosts. Default 4, as DownloadManager's
+        /// `maxConcurrentDownloads`: enough to hide latency on small files without starving one large file.
+        public var maximumConcurrentTransfers: Int = 4
+        /// How many transfers run at once against one host (scheme, host and port). Default 6, the per-host
+        /// connection limit of browsers, which servers are tuned to accept.
+        public var maximumTransfersPerHost: Int = 6
+        /// How often progress is reported, at most, per transfer and per batch. Default 100 ms: smooth for a
+        /// progress bar, cheap for thousands of files. The last progress of a transfer is always reported.
+        public var progressInterval: Duration = .milliseconds(100)
+        /// How files downloaded into a folder are named, unless a request says otherwise. Default: the URL's last
+        /// path component, as curl `-O` and wget do.
+        public var naming: NamingPolicy = .urlPath
+        /// What happens when a final path exists, unless a request says otherwise. Default: publish under
+        /// `name.1.ext`, as browsers do; nothing is overwritten unless asked.
+        public var conflictPolicy: ConflictPolicy = .rename
+        /// How long connecting may take. Default 10 s, AsyncHTTPClient's own default.
+        public var connectTimeout: Duration = .seconds(10)
+        /// How long a response may stay silent (no header or body byte) before the attempt fails. Default 60 s, as
+        /// wget's `--read-timeout` is 900 s and curl has none: long enough for slow servers, short enough to notice a
+        /// dead connection that never closes.
+        public var idleTimeout: Duration = .seconds(60)
+        /// How many redirects one request may follow. Default 10, as curl's `--max-redirs` default is 50 and
+        /// browsers stop near 20: 10 covers every CDN chain seen in practice.
+        public var maximumRedirects: Int = 10
+        /// Whether files are forced to stable storage (`fsync`) before they are published. Default `false`: a killed
+        /// process loses nothing either way (the kernel keeps written pages); only a power loss does, and `fsync`
+        /// per file costs much on batches of small files.
+        public var synchronizesFiles: Bool = false
+        /// The `User-Agent` sent with every request, unless a request's headers set one.
+        public var userAgent: String = "Haul/0.1"
+
+        /// The defaults.
+        public init() {}
+    }
+}

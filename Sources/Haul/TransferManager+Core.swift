@@ -1,0 +1,430 @@
+import Foundation
+
+extension TransferManager {
+    /// One transfer as the manager knows it.
+    struct Record: Sendable {
+        var request: TransferRequest
+        var host: String
+        var folder: URL
+        var nameComponents: [String]
+        var usesContentDisposition: Bool
+        var conflictPolicy: ConflictPolicy
+        var machine = Download.StateMachine()
+        /// The batches waiting for this transfer (more than one when a submission joined it).
+        var batches: [BatchID] = []
+        var validator: Download.Validator?
+        var receivedBytes: Int64 = 0
+        var expectedBytes: Int64?
+        var rate = RateEstimator()
+        var lastProgressEvent: ContinuousClock.Instant?
+        var stopSignal: StopSignal?
+        var result: TransferResult?
+
+        var state: TransferState {
+            switch self.machine.state {
+            case .waiting: .waiting
+            case .running(intent: .pause): .paused
+            case .running: .running
+            case .paused: .paused
+            case .finished(let state): state
+            }
+        }
+
+        var progress: TransferProgress {
+            TransferProgress(
+                receivedBytes: self.receivedBytes, expectedBytes: self.expectedBytes,
+                bytesPerSecond: self.rate.bytesPerSecond)
+        }
+    }
+
+    /// One batch as the manager knows it.
+    struct BatchRecord: Sendable {
+        var order: [(id: TransferID, url: URL)] = []
+        /// The result of each item of ``order``, by position, once it has one.
+        var results: [TransferResult?] = []
+        var finishedCount = 0
+        /// The positions in ``order`` that wait for each transfer's result.
+        var pending: [TransferID: [Int]] = [:]
+        var tracker = BatchProgressTracker()
+        var lastProgressEvent: ContinuousClock.Instant?
+        var events: AsyncStream<BatchEvent>.Continuation?
+        var eventStream: AsyncStream<BatchEvent>?
+        var waiters: [CheckedContinuation<BatchReport, Never>] = []
+        var report: BatchReport?
+        /// Whether transfers may still be added before the batch can finish.
+        var isSealed = true
+
+        var isFinished: Bool { self.report != nil }
+    }
+
+    /// What must happen after the lock is released: it calls out to code that may take the lock again.
+    struct Aftermath: Sendable {
+        var finishedStreams: [AsyncStream<BatchEvent>.Continuation] = []
+        var removedFiles: [URL] = []
+
+        func perform() {
+            for stream in self.finishedStreams { stream.finish() }
+            for file in self.removedFiles { PartialFile.remove(file) }
+        }
+    }
+
+    /// Everything the manager's lock protects.
+    ///
+    /// The lifecycle rules live in the pure ``Download/StateMachine`` and ``Scheduler/StateMachine``; the core applies
+    /// their actions to the records and yields events (yielding to an `AsyncStream` only enqueues, so it is safe
+    /// under the lock and keeps events in order). Finishing a stream and removing files happen after the lock.
+    struct Core: Sendable {
+        let configuration: Configuration
+        let starts: AsyncStream<TransferID>.Continuation
+        var scheduler: Scheduler.StateMachine
+        var transfers: [TransferID: Record] = [:]
+        var batches: [BatchID: BatchRecord] = [:]
+        var nextBatchID = 1
+        var subscribers: [Int: AsyncStream<TransferEvent>.Continuation] = [:]
+        var nextSubscriberID = 0
+        var isShutDown = false
+
+        init(configuration: Configuration, starts: AsyncStream<TransferID>.Continuation) {
+            self.configuration = configuration
+            self.starts = starts
+            self.scheduler = Scheduler.StateMachine(
+                maximumConcurrent: configuration.maximumConcurrentTransfers,
+                maximumPerHost: configuration.maximumTransfersPerHost)
+        }
+
+        // MARK: Submitting
+
+        mutating func makeBatch(sealed: Bool) -> BatchID {
+            let id = BatchID(self.nextBatchID)
+            self.nextBatchID += 1
+            var batch = BatchRecord()
+            batch.isSealed = sealed
+            self.batches[id] = batch
+            return id
+        }
+
+        /// Adds a request to a batch: a new transfer, a join of a known one, or an immediate failure.
+        mutating func add(_ request: TransferRequest, to batchID: BatchID, aftermath: inout Aftermath) {
+            let now = ContinuousClock.now
+            let index = self.batches[batchID]!.order.count
+            self.batches[batchID]!.order.append((request.id, request.url))
+            self.batches[batchID]!.results.append(nil)
+            if let existing = self.transfers[request.id] {
+                let sameTarget =
+                    existing.request.url == request.url && existing.request.destination == request.destination
+                if !sameTarget {
+                    let error = HaulError(
+                        .duplicateTransfer,
+                        "The identifier \(request.id) already names a transfer of \(existing.request.url.absoluteString)")
+                    self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
+                    return
+                }
+                if existing.result == nil || existing.state == .completed {
+                    self.batches[batchID]!.pending[request.id, default: []].append(index)
+                    self.join(request.id, batchID: batchID, at: now, aftermath: &aftermath)
+                    return
+                }
+                // It failed, was cancelled or skipped: a new submission starts it afresh.
+            }
+            guard let record = Self.makeRecord(for: request, configuration: self.configuration) else {
+                let error = HaulError(.invalidRequest, "Only http and https URLs with a host can be downloaded: \(request.url.absoluteString)")
+                self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
+                return
+            }
+            var newRecord = record
+            newRecord.batches = [batchID]
+            self.transfers[request.id] = newRecord
+            self.batches[batchID]!.pending[request.id, default: []].append(index)
+            self.batches[batchID]!.tracker.added(request.id, expectedBytes: request.expectedByteCount)
+            self.emit(request.id, .queued)
+            self.start(self.scheduler.enqueue(request.id, host: record.host))
+        }
+
+        private mutating func join(_ id: TransferID, batchID: BatchID, at now: ContinuousClock.Instant, aftermath: inout Aftermath) {
+            var record = self.transfers[id]!
+            self.batches[batchID]!.tracker.added(id, expectedBytes: record.expectedBytes ?? record.request.expectedByteCount)
+            if let result = record.result {
+                self.settle(id, in: batchID, result: result, at: now, aftermath: &aftermath)
+                return
+            }
+            if !record.batches.contains(batchID) { record.batches.append(batchID) }
+            self.transfers[id] = record
+            self.batches[batchID]!.tracker.progressed(id, receivedBytes: record.receivedBytes, expectedBytes: record.expectedBytes)
+        }
+
+        static func makeRecord(for request: TransferRequest, configuration: Configuration) -> Record? {
+            guard let scheme = request.url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+                let host = request.url.host, !host.isEmpty
+            else { return nil }
+            let hostKey = "\(scheme)://\(host.lowercased()):\(request.url.port ?? (scheme == "https" ? 443 : 80))"
+            switch request.destination {
+            case .file(let path):
+                return Record(
+                    request: request, host: hostKey, folder: path.deletingLastPathComponent(),
+                    nameComponents: [path.lastPathComponent], usesContentDisposition: false,
+                    conflictPolicy: request.conflictPolicy ?? configuration.conflictPolicy)
+            case .folder(let folder):
+                let naming = request.naming ?? configuration.naming
+                let usesContentDisposition = if case .contentDisposition = naming.base { true } else { false }
+                return Record(
+                    request: request, host: hostKey, folder: folder,
+                    nameComponents: FileNaming.name(for: request.id, url: request.url, policy: naming),
+                    usesContentDisposition: usesContentDisposition,
+                    conflictPolicy: request.conflictPolicy ?? configuration.conflictPolicy)
+            }
+        }
+
+        // MARK: Running
+
+        /// Marks transfers the scheduler chose as running and hands them to the run loop.
+        private mutating func start(_ ids: [TransferID]) {
+            for id in ids {
+                self.transfers[id]!.machine.started()
+                self.transfers[id]!.stopSignal = StopSignal()
+                self.starts.yield(id)
+            }
+        }
+
+        /// The plan for the attempt of a transfer the scheduler started.
+        func plan(for id: TransferID) -> (Download.Plan, StopSignal)? {
+            guard let record = self.transfers[id], let signal = record.stopSignal else { return nil }
+            var headers = record.request.headers
+            if !headers.contains(where: { $0.name.lowercased() == "user-agent" }) {
+                headers.append(("User-Agent", self.configuration.userAgent))
+            }
+            let plan = Download.Plan(
+                id: id, url: record.request.url, headers: headers, folder: record.folder,
+                nameComponents: record.nameComponents, usesContentDisposition: record.usesContentDisposition,
+                conflictPolicy: record.conflictPolicy, expectedByteCount: record.request.expectedByteCount,
+                checksum: record.request.checksum, computesSHA256: record.request.computesSHA256,
+                validator: record.validator, synchronizesFiles: self.configuration.synchronizesFiles,
+                progressInterval: self.configuration.progressInterval)
+            return (plan, signal)
+        }
+
+        mutating func attemptEnded(_ id: TransferID, outcome: Download.AttemptOutcome, aftermath: inout Aftermath) {
+            let now = ContinuousClock.now
+            let machineOutcome: Download.StateMachine.Outcome? =
+                switch outcome {
+                case .completed: .completed
+                case .failed: .failed
+                case .skipped: .skipped
+                case .stopped: nil
+                }
+            let action = self.transfers[id]!.machine.attemptEnded(machineOutcome)
+            self.transfers[id]!.stopSignal = nil
+            let nextStarts = self.scheduler.runningEnded(id)
+            let result: TransferResult =
+                switch outcome {
+                case .completed(let file): .completed(file)
+                case .failed(let error): .failed(error)
+                case .skipped(let existing): .skipped(existing: existing)
+                case .stopped: .cancelled
+                }
+            self.apply(action, to: id, result: result, at: now, aftermath: &aftermath)
+            self.start(nextStarts)
+        }
+
+        // MARK: Control
+
+        mutating func pause(_ id: TransferID, aftermath: inout Aftermath) {
+            guard self.transfers[id] != nil else { return }
+            let action = self.transfers[id]!.machine.pause()
+            self.apply(action, to: id, result: nil, at: .now, aftermath: &aftermath)
+        }
+
+        mutating func resume(_ id: TransferID, aftermath: inout Aftermath) {
+            guard self.transfers[id] != nil, !self.isShutDown else { return }
+            let action = self.transfers[id]!.machine.resume()
+            self.apply(action, to: id, result: nil, at: .now, aftermath: &aftermath)
+        }
+
+        mutating func cancel(_ id: TransferID, aftermath: inout Aftermath) {
+            guard self.transfers[id] != nil else { return }
+            let action = self.transfers[id]!.machine.cancel()
+            self.apply(action, to: id, result: .cancelled, at: .now, aftermath: &aftermath)
+        }
+
+        /// Cancels a batch: its transfers stop, except those another unfinished batch also waits for, which leave
+        /// this batch as cancelled and go on for the other.
+        mutating func cancel(batch batchID: BatchID, aftermath: inout Aftermath) {
+            guard let batch = self.batches[batchID], !batch.isFinished else { return }
+            for id in batch.pending.keys {
+                if let record = self.transfers[id], record.batches.count > 1, record.batches.contains(batchID) {
+                    self.transfers[id]!.batches.removeAll { $0 == batchID }
+                    self.settle(id, in: batchID, result: .cancelled, at: .now, aftermath: &aftermath)
+                } else {
+                    self.cancel(id, aftermath: &aftermath)
+                }
+            }
+        }
+
+        /// Stops everything for good: the manager's scope is ending.
+        mutating func shutDown(aftermath: inout Aftermath) {
+            self.isShutDown = true
+            for id in Array(self.transfers.keys) { self.cancel(id, aftermath: &aftermath) }
+        }
+
+        private mutating func apply(
+            _ action: Download.StateMachine.Action, to id: TransferID, result: TransferResult?,
+            at now: ContinuousClock.Instant, aftermath: inout Aftermath
+        ) {
+            switch action {
+            case .none:
+                break
+            case .dequeueAndReportPaused:
+                self.scheduler.removeWaiting(id)
+                self.emit(id, .paused)
+            case .enqueueAndReportResumed:
+                self.emit(id, .resumed)
+                self.start(self.scheduler.enqueue(id, host: self.transfers[id]!.host))
+            case .stopAttempt:
+                self.transfers[id]!.stopSignal?.fire()
+            case .reportPaused:
+                self.emit(id, .paused)
+            case .enqueue:
+                self.start(self.scheduler.enqueue(id, host: self.transfers[id]!.host))
+            case .finish(let outcome, let removePartialFile, let dequeue):
+                if dequeue { self.scheduler.removeWaiting(id) }
+                let record = self.transfers[id]!
+                if removePartialFile, let (plan, _) = self.plan(forFinished: id) { aftermath.removedFiles.append(plan) }
+                let finalResult: TransferResult = outcome == .cancelled ? .cancelled : (result ?? .cancelled)
+                self.finish(id, record: record, result: finalResult, at: now, aftermath: &aftermath)
+            }
+        }
+
+        private func plan(forFinished id: TransferID) -> (URL, Void)? {
+            guard let record = self.transfers[id] else { return nil }
+            let plan = Download.Plan(
+                id: id, url: record.request.url, headers: [], folder: record.folder,
+                nameComponents: record.nameComponents, usesContentDisposition: false,
+                conflictPolicy: record.conflictPolicy, expectedByteCount: nil, checksum: nil, computesSHA256: false,
+                validator: nil, synchronizesFiles: false, progressInterval: .zero)
+            return (plan.partPath, ())
+        }
+
+        // MARK: Progress and events
+
+        mutating func attemptStarted(_ id: TransferID, offset: Int64) {
+            self.transfers[id]?.receivedBytes = offset
+            self.emit(id, .started(offset: offset))
+        }
+
+        mutating func responseAccepted(_ id: TransferID, validator: Download.Validator, expectedBytes: Int64?, receivedBytes: Int64) {
+            guard var record = self.transfers[id] else { return }
+            record.validator = validator.ifRangeValue == nil ? nil : validator
+            record.expectedBytes = expectedBytes ?? record.request.expectedByteCount
+            record.receivedBytes = receivedBytes
+            self.transfers[id] = record
+            for batchID in record.batches {
+                self.batches[batchID]?.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: record.expectedBytes)
+            }
+        }
+
+        mutating func restarted(_ id: TransferID, reason: String) {
+            self.transfers[id]?.receivedBytes = 0
+            self.emit(id, .restarted(reason: reason))
+        }
+
+        mutating func progressed(_ id: TransferID, receivedBytes: Int64, at now: ContinuousClock.Instant) {
+            guard var record = self.transfers[id] else { return }
+            record.receivedBytes = receivedBytes
+            record.rate.record(totalBytes: receivedBytes, at: now)
+            let due = record.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true
+            if due { record.lastProgressEvent = now }
+            self.transfers[id] = record
+            if due { self.emit(id, .progressed(record.progress)) }
+            for batchID in record.batches {
+                self.batches[batchID]?.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: record.expectedBytes)
+                self.emitBatchProgress(batchID, at: now, force: false)
+            }
+        }
+
+        /// Records a transfer's end, in each batch that waits for it.
+        private mutating func finish(
+            _ id: TransferID, record: Record, result: TransferResult, at now: ContinuousClock.Instant,
+            aftermath: inout Aftermath
+        ) {
+            var record = record
+            if case .completed(let file) = result {
+                record.receivedBytes = file.byteCount
+                record.expectedBytes = file.byteCount
+            }
+            record.result = result
+            let batches = record.batches
+            self.transfers[id] = record
+            if case .completed = result { self.emit(id, .progressed(record.progress)) }
+            self.emit(id, .finished(result))
+            self.transfers[id]!.batches = []
+            for batchID in batches {
+                self.settle(id, in: batchID, result: result, at: now, aftermath: &aftermath, emitted: true)
+            }
+        }
+
+        /// Gives a transfer its result in one batch, and ends the batch when that was its last transfer.
+        private mutating func settle(
+            _ id: TransferID, in batchID: BatchID, result: TransferResult, at now: ContinuousClock.Instant,
+            aftermath: inout Aftermath, emitted: Bool = false
+        ) {
+            guard let indices = self.batches[batchID]?.pending.removeValue(forKey: id) else { return }
+            for index in indices {
+                self.settle(index: index, in: batchID, result: result, at: now, aftermath: &aftermath, emitted: emitted)
+            }
+        }
+
+        /// Gives the item at `index` of a batch its result.
+        private mutating func settle(
+            index: Int, in batchID: BatchID, result: TransferResult, at now: ContinuousClock.Instant,
+            aftermath: inout Aftermath, emitted: Bool = false
+        ) {
+            guard var batch = self.batches[batchID], batch.results[index] == nil else { return }
+            let (id, url) = batch.order[index]
+            if !emitted {
+                batch.events?.yield(.transfer(TransferEvent(id: id, url: url, kind: .finished(result))))
+            }
+            batch.results[index] = result
+            batch.finishedCount += 1
+            let byteCount: Int64? = if case .completed(let file) = result { file.byteCount } else { nil }
+            batch.tracker.added(id, expectedBytes: byteCount)
+            batch.tracker.finished(id, state: result.state, byteCount: byteCount)
+            self.batches[batchID] = batch
+            self.emitBatchProgress(batchID, at: now, force: true)
+            self.finishIfDone(batchID, aftermath: &aftermath)
+        }
+
+        mutating func finishIfDone(_ batchID: BatchID, aftermath: inout Aftermath) {
+            guard var batch = self.batches[batchID], batch.isSealed, !batch.isFinished,
+                batch.finishedCount == batch.order.count
+            else {
+                return
+            }
+            let report = BatchReport(
+                batchID: batchID,
+                items: zip(batch.order, batch.results).map { BatchReport.Item(id: $0.id, url: $0.url, result: $1!) })
+            batch.report = report
+            batch.events?.yield(.finished(report))
+            if let events = batch.events { aftermath.finishedStreams.append(events) }
+            for waiter in batch.waiters { waiter.resume(returning: report) }
+            batch.waiters = []
+            self.batches[batchID] = batch
+        }
+
+        private mutating func emitBatchProgress(_ batchID: BatchID, at now: ContinuousClock.Instant, force: Bool) {
+            guard var batch = self.batches[batchID], !batch.isFinished else { return }
+            let due = force || (batch.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true)
+            guard due else { return }
+            batch.lastProgressEvent = now
+            let snapshot = batch.tracker.snapshot(at: now)
+            batch.events?.yield(.progressed(snapshot))
+            self.batches[batchID] = batch
+        }
+
+        /// Sends a transfer's event to the manager's subscribers and to the batches that wait for it.
+        private func emit(_ id: TransferID, _ kind: TransferEvent.Kind) {
+            guard let record = self.transfers[id] else { return }
+            let event = TransferEvent(id: id, url: record.request.url, kind: kind)
+            for subscriber in self.subscribers.values { subscriber.yield(event) }
+            for batchID in record.batches { self.batches[batchID]?.events?.yield(.transfer(event)) }
+        }
+    }
+}

@@ -1,0 +1,257 @@
+import AsyncHTTPClient
+import Foundation
+import NIOConcurrencyHelpers
+
+/// Runs batches of downloads concurrently under a global and a per-host limit, streaming each file to disk.
+///
+/// A manager lives for the scope of ``withTransferManager(configuration:_:)``: its transfers run while the closure
+/// runs, and whatever is still running when it returns is cancelled, so nothing outlives the scope.
+///
+/// ```swift
+/// let report = try await TransferManager.withTransferManager { manager in
+///     try await manager.enqueue(urls.map { TransferRequest(url: $0, into: folder) }).report()
+/// }
+/// for (item, error) in report.failed { print(item.url, error.message) }
+/// ```
+public final class TransferManager: Sendable {
+    /// How this manager runs its transfers.
+    public let configuration: Configuration
+    let transport: HTTPTransport
+    let core: NIOLockedValueBox<Core>
+    private let starts: AsyncStream<TransferID>
+
+    private init(configuration: Configuration, client: HTTPClient) {
+        self.configuration = configuration
+        self.transport = HTTPTransport(
+            client: client, headDeadline: .nanoseconds((configuration.connectTimeout + configuration.idleTimeout).nanoseconds))
+        let (starts, continuation) = AsyncStream<TransferID>.makeStream()
+        self.starts = starts
+        self.core = NIOLockedValueBox(Core(configuration: configuration, starts: continuation))
+    }
+
+    /// Creates a manager, runs `body` with it, then cancels what is left and releases every resource.
+    ///
+    /// - Throws: what `body` throws, or ``HaulError/Code/invalidRequest`` for an invalid configuration.
+    public static func withTransferManager<Result>(
+        configuration: Configuration = Configuration(),
+        _ body: (TransferManager) async throws -> Result
+    ) async throws -> Result {
+        guard configuration.maximumConcurrentTransfers > 0, configuration.maximumTransfersPerHost > 0 else {
+            throw HaulError(.invalidRequest, "The concurrency limits must be at least 1")
+        }
+        let client = HTTPTransport.makeClient(configuration)
+        let manager = TransferManager(configuration: configuration, client: client)
+        let result: Swift.Result<Result, any Error>
+        do {
+            result = try await withThrowingTaskGroup(of: Void.self, returning: Swift.Result<Result, any Error>.self) { group in
+                group.addTask { await manager.run() }
+                let outcome: Swift.Result<Result, any Error>
+                do {
+                    outcome = .success(try await body(manager))
+                } catch {
+                    outcome = .failure(error)
+                }
+                manager.shutDown()
+                try await group.waitForAll()
+                return outcome
+            }
+        } catch {
+            result = .failure(error)
+        }
+        try? await client.shutdown()
+        return try result.get()
+    }
+
+    /// Starts transfers as the scheduler releases them, each in a child task of this scope.
+    private func run() async {
+        await withDiscardingTaskGroup { group in
+            for await id in self.starts {
+                group.addTask { await self.runTransfer(id) }
+            }
+        }
+        let subscribers = self.core.withLockedValue { core in
+            defer { core.subscribers = [:] }
+            return Array(core.subscribers.values)
+        }
+        for subscriber in subscribers { subscriber.finish() }
+    }
+
+    private func runTransfer(_ id: TransferID) async {
+        guard let (plan, signal) = self.core.withLockedValue({ $0.plan(for: id) }) else { return }
+        let outcome = await withTaskGroup(of: Download.AttemptOutcome?.self) { group in
+            group.addTask { await Download.run(plan, transport: self.transport, observer: self) }
+            group.addTask {
+                await signal.wait()
+                return nil
+            }
+            let first = await group.next()!
+            group.cancelAll()
+            if let first { return first }
+            return await group.next()!!
+        }
+        self.withCore { $0.attemptEnded(id, outcome: outcome, aftermath: &$1) }
+    }
+
+    private func shutDown() {
+        self.withCore { core, aftermath in
+            core.shutDown(aftermath: &aftermath)
+            core.starts.finish()
+        }
+    }
+
+    /// Changes the state under the lock, then performs what must happen outside it.
+    @discardableResult
+    func withCore<T, E: Error>(_ body: (inout Core, inout Aftermath) throws(E) -> T) throws(E) -> T {
+        let (result, aftermath) = self.core.withLockedValue { core -> (Result<T, E>, Aftermath) in
+            var aftermath = Aftermath()
+            do throws(E) {
+                return (.success(try body(&core, &aftermath)), aftermath)
+            } catch {
+                return (.failure(error), aftermath)
+            }
+        }
+        aftermath.perform()
+        return try result.get()
+    }
+
+    // MARK: Submitting
+
+    /// Submits requests as one batch; they start as the limits allow. An empty list gives a batch that is already
+    /// finished, with an empty report.
+    ///
+    /// A request whose identifier names a transfer that is queued, running or completed joins it: both batches see
+    /// its events and its result. A request that cannot be carried out (an `ftp:` URL, an identifier already used for
+    /// another URL) fails on its own; the rest of the batch goes on.
+    ///
+    /// - Throws: ``HaulError/Code/managerShutDown`` after the manager's scope has ended.
+    @discardableResult
+    public func enqueue(_ requests: [TransferRequest]) throws -> Batch {
+        let id = try self.withCore { core, aftermath throws(HaulError) -> BatchID in
+            guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
+            let id = core.makeBatch(sealed: true)
+            for request in requests { core.add(request, to: id, aftermath: &aftermath) }
+            core.finishIfDone(id, aftermath: &aftermath)
+            return id
+        }
+        return Batch(id: id, manager: self)
+    }
+
+    /// Submits one request as a batch of its own.
+    @discardableResult
+    public func enqueue(_ request: TransferRequest) throws -> Batch {
+        try self.enqueue([request])
+    }
+
+    /// Creates an empty, open batch to add transfers to one at a time (from a stream of input, say). It finishes
+    /// once ``Batch/seal()`` has been called and every transfer in it has finished.
+    public func makeBatch() throws -> Batch {
+        let id = try self.withCore { core, _ throws(HaulError) -> BatchID in
+            guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
+            return core.makeBatch(sealed: false)
+        }
+        return Batch(id: id, manager: self)
+    }
+
+    /// Downloads URLs into a folder as one batch and returns its report.
+    public func download(_ urls: [URL], into folder: URL) async throws -> BatchReport {
+        try await self.enqueue(urls.map { TransferRequest(url: $0, into: folder) }).report()
+    }
+
+    // MARK: Control
+
+    /// Pauses a transfer: a waiting one leaves the queue, a running one stops and keeps its partial file.
+    public func pause(_ id: TransferID) { self.withCore { $0.pause(id, aftermath: &$1) } }
+
+    /// Resumes a paused transfer: it queues again and continues from its partial file with a `Range` request.
+    public func resume(_ id: TransferID) { self.withCore { $0.resume(id, aftermath: &$1) } }
+
+    /// Cancels a transfer; its partial file is removed and it reports ``TransferResult/cancelled``.
+    public func cancel(_ id: TransferID) { self.withCore { $0.cancel(id, aftermath: &$1) } }
+
+    /// Pauses every unfinished transfer.
+    public func pauseAll() {
+        self.withCore { core, aftermath in
+            for id in Array(core.transfers.keys) { core.pause(id, aftermath: &aftermath) }
+        }
+    }
+
+    /// Resumes every paused transfer.
+    public func resumeAll() {
+        self.withCore { core, aftermath in
+            for id in Array(core.transfers.keys) { core.resume(id, aftermath: &aftermath) }
+        }
+    }
+
+    /// Cancels every unfinished transfer of every batch.
+    public func cancelAll() {
+        self.withCore { core, aftermath in
+            for id in Array(core.transfers.keys) { core.cancel(id, aftermath: &aftermath) }
+        }
+    }
+
+    // MARK: Observing
+
+    /// The state of a transfer, or `nil` if the manager does not know the identifier.
+    public func state(of id: TransferID) -> TransferState? {
+        self.core.withLockedValue { $0.transfers[id]?.state }
+    }
+
+    /// The progress of a transfer, or `nil` if the manager does not know the identifier.
+    public func progress(of id: TransferID) -> TransferProgress? {
+        self.core.withLockedValue { $0.transfers[id]?.progress }
+    }
+
+    /// The result of a finished transfer; `nil` while it runs or if the identifier is unknown.
+    public func result(of id: TransferID) -> TransferResult? {
+        self.core.withLockedValue { $0.transfers[id]?.result }
+    }
+
+    /// Whether any transfer is waiting or running.
+    public var isActive: Bool {
+        self.core.withLockedValue { $0.scheduler.runningCount + $0.scheduler.waitingCount > 0 }
+    }
+
+    /// The number of transfers with a request in flight (HWIFileDownload's network-activity count).
+    public var runningTransferCount: Int {
+        self.core.withLockedValue { $0.scheduler.runningCount }
+    }
+
+    /// A new stream of every transfer event of this manager, from now until the manager's scope ends.
+    ///
+    /// Each call makes an independent subscription; stop iterating (or drop the stream) to unsubscribe.
+    public func events() -> AsyncStream<TransferEvent> {
+        let (stream, continuation) = AsyncStream<TransferEvent>.makeStream()
+        let subscribed = self.core.withLockedValue { core -> Bool in
+            guard !core.isShutDown else { return false }
+            let key = core.nextSubscriberID
+            core.nextSubscriberID += 1
+            core.subscribers[key] = continuation
+            continuation.onTermination = { [weak self] _ in
+                _ = self?.core.withLockedValue { $0.subscribers.removeValue(forKey: key) }
+            }
+            return true
+        }
+        if !subscribed { continuation.finish() }
+        return stream
+    }
+}
+
+extension TransferManager: Download.Observer {
+    func attemptStarted(_ id: TransferID, offset: Int64) {
+        self.core.withLockedValue { $0.attemptStarted(id, offset: offset) }
+    }
+
+    func responseAccepted(_ id: TransferID, validator: Download.Validator, expectedBytes: Int64?, receivedBytes: Int64) {
+        self.core.withLockedValue {
+            $0.responseAccepted(id, validator: validator, expectedBytes: expectedBytes, receivedBytes: receivedBytes)
+        }
+    }
+
+    func restarted(_ id: TransferID, reason: String) {
+        self.core.withLockedValue { $0.restarted(id, reason: reason) }
+    }
+
+    func progressed(_ id: TransferID, receivedBytes: Int64, at instant: ContinuousClock.Instant) {
+        self.core.withLockedValue { $0.progressed(id, receivedBytes: receivedBytes, at: instant) }
+    }
+}

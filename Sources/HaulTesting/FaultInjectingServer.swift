@@ -1,0 +1,323 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// An HTTP/1.1 server on loopback for tests: it serves deterministic bodies, honours `Range` and `If-Range` like a
+/// correct origin, injects faults on request, and records every request it receives.
+///
+/// ```swift
+/// try await FaultInjectingServer.withServer(resources: ["/a": .init(body: bytes)]) { server in
+///     ... download server.url("/a") ...
+///     #expect(server.requests.map(\.range) == [nil])
+/// }
+/// ```
+public final class FaultInjectingServer: Sendable {
+    /// Something the server should do wrong for one response.
+    public enum Fault: Sendable, Hashable {
+        /// Close the connection after sending this many body bytes.
+        case closeConnection(afterBytes: Int)
+        /// Answer with this status and a short text body instead of the resource.
+        case status(Int)
+        /// Ignore `Range` and send the whole body with 200.
+        case ignoreRange
+    }
+
+    /// A file the server serves at a path.
+    public struct Resource: Sendable {
+        /// The body.
+        public var body: [UInt8]
+        /// The ETag header, if any (a strong one by default, from the body's length and seed).
+        public var etag: String?
+        /// The Last-Modified header, if any.
+        public var lastModified: String?
+        /// A Content-Disposition header to send, if any.
+        public var contentDisposition: String?
+        /// Bytes per write: the body goes out in chunks of this size.
+        public var chunkSize: Int
+        /// A pause between chunks, to keep a transfer in flight long enough to observe or interrupt it.
+        public var chunkDelay: Duration?
+        /// Faults for successive requests to this path: the first request gets the first fault, and so on; `nil`
+        /// entries answer correctly. Requests beyond the list answer correctly.
+        public var faults: [Fault?]
+
+        /// Creates a resource.
+        public init(
+            body: [UInt8], etag: String? = nil, lastModified: String? = "Wed, 21 Oct 2015 07:28:00 GMT",
+            contentDisposition: String? = nil, chunkSize: Int = 64 * 1024, chunkDelay: Duration? = nil,
+            faults: [Fault?] = []
+        ) {
+            self.body = body
+            self.etag = etag ?? "\"\(body.count)-\(FaultInjectingServer.fingerprint(body))\""
+            self.lastModified = lastModified
+            self.contentDisposition = contentDisposition
+            self.chunkSize = max(1, chunkSize)
+            self.chunkDelay = chunkDelay
+            self.faults = faults
+        }
+    }
+
+    /// One request as the server received it.
+    public struct RecordedRequest: Sendable, Hashable {
+        /// `GET`, `PUT`, ...
+        public var method: String
+        /// The path, with its query.
+        public var path: String
+        /// The headers, names lower-cased, in the order received.
+        public var headers: [String: String]
+        /// The `Range` header, if sent.
+        public var range: String? { self.headers["range"] }
+        /// The `If-Range` header, if sent.
+        public var ifRange: String? { self.headers["if-range"] }
+    }
+
+    private struct State: Sendable {
+        var resources: [String: Resource]
+        var requestCounts: [String: Int] = [:]
+        var requests: [RecordedRequest] = []
+        var inFlight = 0
+        var maximumInFlight = 0
+        var servedBodyBytes = 0
+    }
+
+    private let state: NIOLockedValueBox<State>
+    private let channel: any Channel
+    /// The port the server listens on.
+    public let port: Int
+    /// The address the server listens on.
+    public let host: String
+
+    private init(state: NIOLockedValueBox<State>, channel: any Channel, host: String) {
+        self.state = state
+        self.channel = channel
+        self.host = host
+        self.port = channel.localAddress!.port!
+    }
+
+    /// Starts a server on `host` (loopback) and an ephemeral port, runs `body`, and stops the server.
+    public static func withServer<Result>(
+        host: String = "127.0.0.1", resources: [String: Resource] = [:],
+        _ body: (FaultInjectingServer) async throws -> Result
+    ) async throws -> Result {
+        let state = NIOLockedValueBox(State(resources: resources))
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    try channel.pipeline.syncOperations.addHandler(RequestHandler(state: state))
+                }
+            }
+            .bind(host: host, port: 0).get()
+        let server = FaultInjectingServer(state: state, channel: channel, host: host)
+        do {
+            let result = try await body(server)
+            try? await channel.close()
+            return result
+        } catch {
+            try? await channel.close()
+            throw error
+        }
+    }
+
+    /// The URL of a path on this server.
+    public func url(_ path: String) -> URL {
+        URL(string: "http://\(self.host):\(self.port)\(path)")!
+    }
+
+    /// Serves `resource` at `path` from now on.
+    public func setResource(_ resource: Resource?, at path: String) {
+        self.state.withLockedValue { $0.resources[path] = resource }
+    }
+
+    /// Every request received so far, in order.
+    public var requests: [RecordedRequest] { self.state.withLockedValue { $0.requests } }
+
+    /// The most requests that were in flight at once.
+    public var maximumConcurrentRequests: Int { self.state.withLockedValue { $0.maximumInFlight } }
+
+    /// Body bytes sent so far, over all responses.
+    public var servedBodyBytes: Int { self.state.withLockedValue { $0.servedBodyBytes } }
+
+    /// `count` deterministic pseudo-random bytes for `seed`.
+    public static func body(size count: Int, seed: UInt64) -> [UInt8] {
+        var x = seed &* 0x9E37_79B9_7F4A_7C15 | 1
+        var bytes = [UInt8](repeating: 0, count: count)
+        var index = 0
+        while index < count {
+            x ^= x << 13
+            x ^= x >> 7
+            x ^= x << 17
+            var word = x
+            for _ in 0..<8 where index < count {
+                bytes[index] = UInt8(truncatingIfNeeded: word)
+                word >>= 8
+                index += 1
+            }
+        }
+        return bytes
+    }
+
+    /// A short fingerprint of bytes, for default ETags.
+    static func fingerprint(_ bytes: [UInt8]) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3
+        }
+        return String(hash, radix: 16)
+    }
+
+    /// A port on 127.0.0.1 where nothing listens (bound, then closed), for connection-refused tests.
+    public static func refusingPort() async throws -> Int {
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = channel.localAddress!.port!
+        try await channel.close()
+        return port
+    }
+
+    // MARK: The handler
+
+    private final class RequestHandler: ChannelInboundHandler, RemovableChannelHandler {
+        typealias InboundIn = HTTPServerRequestPart
+        typealias OutboundOut = HTTPServerResponsePart
+
+        private let state: NIOLockedValueBox<State>
+        private var head: HTTPRequestHead?
+        private var responding = false
+
+        init(state: NIOLockedValueBox<State>) { self.state = state }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            switch self.unwrapInboundIn(data) {
+            case .head(let head):
+                self.head = head
+            case .body:
+                break
+            case .end:
+                guard let head = self.head else { return }
+                self.head = nil
+                self.respond(to: head, context: context)
+            }
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            if self.responding {
+                self.responding = false
+                self.state.withLockedValue { $0.inFlight -= 1 }
+            }
+            context.fireChannelInactive()
+        }
+
+        private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
+            let path = head.uri
+            var headers: [String: String] = [:]
+            for (name, value) in head.headers { headers[name.lowercased()] = value }
+            let (resource, fault): (Resource?, Fault?) = self.state.withLockedValue { state in
+                state.requests.append(RecordedRequest(method: head.method.rawValue, path: path, headers: headers))
+                state.inFlight += 1
+                state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
+                let count = state.requestCounts[path, default: 0]
+                state.requestCounts[path] = count + 1
+                let resource = state.resources[path]
+                let fault = resource.flatMap { count < $0.faults.count ? $0.faults[count] : nil }
+                return (resource, fault)
+            }
+            self.responding = true
+
+            guard let resource else {
+                self.sendText(status: .notFound, "not found\n", context: context)
+                return
+            }
+            if case .status(let code) = fault {
+                self.sendText(status: HTTPResponseStatus(statusCode: code), "injected status \(code)\n", context: context)
+                return
+            }
+            let total = resource.body.count
+            var start = 0
+            var status = HTTPResponseStatus.ok
+            var responseHeaders = HTTPHeaders()
+            if let etag = resource.etag { responseHeaders.add(name: "ETag", value: etag) }
+            if let lastModified = resource.lastModified { responseHeaders.add(name: "Last-Modified", value: lastModified) }
+            if let disposition = resource.contentDisposition {
+                responseHeaders.add(name: "Content-Disposition", value: disposition)
+            }
+            responseHeaders.add(name: "Accept-Ranges", value: "bytes")
+            if fault != .ignoreRange, let range = headers["range"], let first = Self.rangeStart(range) {
+                let ifRangeMatches = headers["if-range"].map { $0 == resource.etag || $0 == resource.lastModified } ?? true
+                if ifRangeMatches {
+                    if first >= total {
+                        responseHeaders.add(name: "Content-Range", value: "bytes */\(total)")
+                        self.sendText(status: .rangeNotSatisfiable, "", headers: responseHeaders, context: context)
+                        return
+                    }
+                    start = first
+                    status = .partialContent
+                    responseHeaders.add(name: "Content-Range", value: "bytes \(first)-\(total - 1)/\(total)")
+                }
+            }
+            responseHeaders.add(name: "Content-Length", value: String(total - start))
+            context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: responseHeaders))), promise: nil)
+            var closeAfter: Int?
+            if case .closeConnection(let afterBytes) = fault { closeAfter = afterBytes }
+            self.writeBody(resource, from: start, sent: 0, closeAfter: closeAfter, context: context)
+        }
+
+        private func writeBody(_ resource: Resource, from offset: Int, sent: Int, closeAfter: Int?, context: ChannelHandlerContext) {
+            guard context.channel.isActive else { return }
+            var end = min(resource.body.count, offset + resource.chunkSize)
+            if let closeAfter { end = min(end, offset + max(0, closeAfter - sent)) }
+            if end > offset {
+                let buffer = context.channel.allocator.buffer(bytes: resource.body[offset..<end])
+                context.write(self.wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+                self.state.withLockedValue { $0.servedBodyBytes += end - offset }
+            }
+            let sentNow = sent + (end - offset)
+            if let closeAfter, sentNow >= closeAfter, end < resource.body.count {
+                context.flush()
+                context.close(promise: nil)
+                return
+            }
+            if end >= resource.body.count {
+                self.finishResponse(context: context)
+                return
+            }
+            if let delay = resource.chunkDelay {
+                context.flush()
+                let loop = context.eventLoop.assumeIsolated()
+                loop.scheduleTask(in: .nanoseconds(Int64(delay.components.seconds) * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000)) {
+                    self.writeBody(resource, from: end, sent: sentNow, closeAfter: closeAfter, context: context)
+                }
+            } else {
+                self.writeBody(resource, from: end, sent: sentNow, closeAfter: closeAfter, context: context)
+            }
+        }
+
+        private func sendText(status: HTTPResponseStatus, _ text: String, headers: HTTPHeaders = HTTPHeaders(), context: ChannelHandlerContext) {
+            var headers = headers
+            headers.replaceOrAdd(name: "Content-Length", value: String(text.utf8.count))
+            context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+            if !text.isEmpty {
+                context.write(self.wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: text)))), promise: nil)
+            }
+            self.finishResponse(context: context)
+        }
+
+        private func finishResponse(context: ChannelHandlerContext) {
+            if self.responding {
+                self.responding = false
+                self.state.withLockedValue { $0.inFlight -= 1 }
+            }
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+        }
+
+        /// The first byte of `bytes=N-` or `bytes=N-M` (M is ignored: the server sends to the end).
+        static func rangeStart(_ header: String) -> Int? {
+            guard header.hasPrefix("bytes="), !header.contains(",") else { return nil }
+            let spec = header.dropFirst(6)
+            guard let dash = spec.firstIndex(of: "-") else { return nil }
+            return Int(spec[..<dash])
+        }
+    }
+}

@@ -1,0 +1,42 @@
+import Foundation
+import Haul
+import HaulTesting
+
+/// A fresh folder under the system's temporary folder, removed after `body`.
+func withTemporaryDirectory<Result>(_ body: (URL) async throws -> Result) async throws -> Result {
+    let url = FileManager.default.temporaryDirectory.appending(path: "haul-tests-\(UUID().uuidString)", directoryHint: .isDirectory)
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: url) }
+    return try await body(url)
+}
+
+/// The bytes of a file, or `nil` if it does not exist.
+func contents(of url: URL) -> [UInt8]? {
+    (try? Data(contentsOf: url)).map { [UInt8]($0) }
+}
+
+/// The names in a folder, sorted.
+func names(in folder: URL) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).sorted()
+}
+
+extension TransferManager.Configuration {
+    /// A configuration for tests: a fast progress interval and short timeouts.
+    static func testing(concurrent: Int = 4, perHost: Int = 6) -> Self {
+        var configuration = Self()
+        configuration.maximumConcurrentTransfers = concurrent
+        configuration.maximumTransfersPerHost = perHost
+        configuration.progressInterval = .milliseconds(10)
+        configuration.connectTimeout = .seconds(5)
+        configuration.idleTimeout = .seconds(10)
+        return configuration
+    }
+}
+
+extension Batch {
+    /// Waits for the first event of the batch that satisfies `predicate`.
+    func firstEvent(where predicate: (BatchEvent) -> Bool) async -> BatchEvent? {
+        for await event in self.events where predicate(event) { return event }
+        return nil
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+import Haul
+import HaulTesting
+import Testing
+
+@Suite("Pausing, resuming, cancelling and joining transfers", .timeLimit(.minutes(2)))
+struct TransferControlTests {
+    static let slowBody = FaultInjectingServer.body(size: 400_000, seed: 42)
+    static func slowResource() -> FaultInjectingServer.Resource {
+        .init(body: slowBody, chunkSize: 10_000, chunkDelay: .milliseconds(10))
+    }
+
+    @Test func aPausedTransferContinuesFromItsPartialFileWithAValidatedRange() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/big": Self.slowResource()]) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    let batch = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
+                    let progressed = await batch.firstEvent { event in
+                        if case .transfer(let e) = event, case .progressed(let p) = e.kind, p.receivedBytes >= 50_000 { return true }
+                        return false
+                    }
+                    let id = try #require(progressed?.transferID)
+                    manager.pause(id)
+                    _ = await batch.firstEvent { event in
+                        if case .transfer(let e) = event, case .paused = e.kind { return true }
+                        return false
+                    }
+                    #expect(manager.state(of: id) == .paused)
+                    manager.resume(id)
+                    return await batch.report()
+                }
+                #expect(report.completed.count == 1)
+                #expect(contents(of: folder.appending(path: "big")) == Self.slowBody)
+                let requests = server.requests
+                #expect(requests.count == 2)
+                #expect(requests[0].range == nil)
+                let range = try #require(requests[1].range)
+                let offset = try #require(Int(range.dropFirst("bytes=".count).dropLast()))
+                #expect(offset >= 50_000 && offset < Self.slowBody.count)
+                #expect(requests[1].ifRange == Self.slowResource().etag)
+                #expect(names(in: folder) == ["big"])
+            }
+        }
+    }
+
+    @Test func pausingAndResumingABatchCompletesEveryFile() async throws {
+        var resources: [String: FaultInjectingServer.Resource] = [:]
+        for index in 0..<4 { resources["/f\(index)"] = Self.slowResource() }
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 2)) { manager in
+                    let batch = try manager.enqueue((0..<4).map { TransferRequest(url: server.url("/f\($0)"), into: folder) })
+                    _ = await batch.firstEvent { event in
+                        if case .progressed(let p) = event, p.transferredBytes > 100_000 { return true }
+                        return false
+                    }
+                    batch.pause()
+                    #expect(!manager.isActive || manager.runningTransferCount <= 2)
+                    var paused = 0
+                    _ = await batch.firstEvent { event in
+                        if case .transfer(let e) = event, case .paused = e.kind { paused += 1 }
+                        return paused == 4
+                    }
+                    #expect(!manager.isActive)
+                    batch.resume()
+                    return await batch.report()
+                }
+                #expect(report.completed.count == 4)
+                for index in 0..<4 { #expect(contents(of: folder.appending(path: "f\(index)")) == Self.slowBody) }
+                #expect(server.requests.contains { $0.range != nil })
+            }
+        }
+    }
+
+    @Test func cancellingATransferRemovesItsPartialFileAndReportsItCancelled() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/big": Self.slowResource()]) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    let batch = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
+                    let progressed = await batch.firstEvent { event in
+                        if case .transfer(let e) = event, case .progressed(let p) = e.kind, p.receivedBytes > 0 { return true }
+                        return false
+                    }
+                    let id = try #require(progressed?.transferID)
+                    manager.cancel(id)
+                    return await batch.report()
+                }
+                #expect(report.cancelled.count == 1)
+                #expect(names(in: folder).isEmpty)
+            }
+        }
+    }
+
+    @Test func cancellingTheRestFromInsideTheProgressLoopStopsTheBatch() async throws {
+        var resources: [String: FaultInjectingServer.Resource] = [:]
+        resources["/quick"] = .init(body: [1, 2, 3])
+        for index in 0..<5 { resources["/slow\(index)"] = Self.slowResource() }
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 1)) { manager in
+                    let urls = [server.url("/quick")] + (0..<5).map { server.url("/slow\($0)") }
+                    let batch = try manager.enqueue(urls.map { TransferRequest(url: $0, into: folder) })
+                    for await event in batch.events {
+                        if case .progressed(let progress) = event, progress.completedFiles == 1 {
+                            batch.cancel()
+                        }
+                    }
+                    return await batch.report()
+                }
+                #expect(report.completed.count == 1)
+                #expect(report.cancelled.count == 5)
+                #expect(names(in: folder) == ["quick"])
+            }
+        }
+    }
+
+    @Test func theSameURLToTheSameFolderJoinsTheRunningTransfer() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/big": Self.slowResource()]) { server in
+            try await withTemporaryDirectory { folder in
+                let (first, second) = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    let a = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
+                    let b = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
+                    return (await a.report(), await b.report())
+                }
+                #expect(server.requests.count == 1)
+                #expect(first.completed.first?.file == second.completed.first?.file)
+                #expect(first.items.first?.id == second.items.first?.id)
+                #expect(names(in: folder) == ["big"])
+            }
+        }
+    }
+
+    @Test func anIdentifierReusedForAnotherURLFailsThatItemOnly() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a": .init(body: [1]), "/b": .init(body: [2])]) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.enqueue([
+                        TransferRequest(url: server.url("/a"), destination: .folder(folder), id: "photo"),
+                        TransferRequest(url: server.url("/b"), destination: .folder(folder), id: "photo"),
+                    ]).report()
+                }
+                #expect(report.completed.count == 1)
+                #expect(report.failed.first?.error.code == .duplicateTransfer)
+            }
+        }
+    }
+
+    @Test func transfersCanBeAddedToARunningBatchAndAnOpenBatchFinishesWhenSealed() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a": .init(body: [1]), "/b": .init(body: [2])]) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    let batch = try manager.makeBatch()
+                    try batch.add(TransferRequest(url: server.url("/a"), into: folder))
+                    _ = await batch.firstEvent { event in
+                        if case .transfer(let e) = event, case .finished = e.kind { return true }
+                        return false
+                    }
+                    try batch.add(TransferRequest(url: server.url("/b"), into: folder))
+                    batch.seal()
+                    return await batch.report()
+                }
+                #expect(report.completed.count == 2)
+                #expect(names(in: folder) == ["a", "b"])
+            }
+        }
+    }
+
+    @Test func whatIsStillRunningWhenTheScopeEndsIsCancelled() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/big": Self.slowResource()]) { server in
+            try await withTemporaryDirectory { folder in
+                let batch = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
+                }
+                #expect(await batch.report().cancelled.count == 1)
+                #expect(names(in: folder).isEmpty)
+            }
+        }
+    }
+}
+
+extension BatchEvent {
+    var transferID: TransferID? {
+        if case .transfer(let event) = self { return event.id }
+        return nil
+    }
+}
+
