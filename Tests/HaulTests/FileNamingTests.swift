@@ -1,0 +1,124 @@
+import Foundation
+import Testing
+
+@testable import Haul
+
+@Suite("Sanitising file names")
+struct FileNamingTests {
+    @Test(arguments: [
+        ("report.pdf", "report.pdf"),
+        ("../../etc/passwd", "___.._etc_passwd"),
+        ("/etc/passwd", "_etc_passwd"),
+        ("a\\b", "a_b"),
+        (".bashrc", "_bashrc"),
+        ("bad\u{0}name", "bad_name"),
+        ("line\nbreak\r", "line_break_"),
+        ("  spaced  ", "spaced"),
+        ("naïve café.txt", "naïve café.txt"),
+    ])
+    func replacesWhatCouldEscapeOrHide(raw: String, expected: String) {
+        #expect(FileNaming.sanitizedName(raw) == expected)
+    }
+
+    @Test(arguments: ["", " ", ".", "..", " .. "])
+    func refusesNamesThatAreNotFiles(raw: String) {
+        #expect(FileNaming.sanitizedName(raw) == nil)
+    }
+
+    @Test func cutsLongNamesTo255BytesKeepingTheExtension() throws {
+        let name = try #require(FileNaming.sanitizedName(String(repeating: "é", count: 300) + ".tar"))
+        #expect(name.utf8.count <= 255)
+        #expect(name.hasSuffix("é.tar"))
+    }
+
+    @Test func dropsDotDotComponentsOfARelativePath() {
+        #expect(FileNaming.sanitizedRelativePath("../a/./b/../c.txt") == ["a", "b", "c.txt"])
+        #expect(FileNaming.sanitizedRelativePath("../..") == nil)
+    }
+
+    @Test(arguments: [
+        ("http://h/a/b/file.zip", "file.zip"),
+        ("http://h/a/hello%20world.txt", "hello world.txt"),
+        ("http://h/a%2Fb", "a_b"),
+        ("http://h/dir/", "index.html"),
+        ("http://h", "index.html"),
+        ("http://h/file.zip?token=1", "file.zip"),
+        ("http://h/%2E%2E", "index.html"),
+    ])
+    func namesAFileAfterTheURL(url: String, expected: String) throws {
+        #expect(FileNaming.name(fromURL: try #require(URL(string: url))) == expected)
+    }
+
+    @Test(arguments: [
+        ("a.txt", 1, "a.1.txt"),
+        ("archive.tar.gz", 2, "archive.tar.2.gz"),
+        ("README", 3, "README.3"),
+    ])
+    func numbersAConflictBeforeTheExtension(name: String, n: Int, expected: String) {
+        #expect(FileNaming.numbered(name, n) == expected)
+    }
+}
+
+@Suite("Parsing Content-Disposition")
+struct ContentDispositionTests {
+    @Test(arguments: [
+        ("attachment; filename=\"a.txt\"", "a.txt"),
+        ("attachment; filename=a.txt", "a.txt"),
+        ("attachment; FILENAME=\"a.txt\"", "a.txt"),
+        ("attachment; filename=\"quoted \\\"name\\\".txt\"", "quoted \"name\".txt"),
+        ("attachment; filename*=UTF-8''%e2%82%ac%20rates.txt", "€ rates.txt"),
+        ("attachment; filename=\"fallback.txt\"; filename*=UTF-8''real.txt", "real.txt"),
+        ("attachment; filename*=iso-8859-1'en'%E9t%E9.txt", "été.txt"),
+        ("inline; filename=\"../x\"", "../x"),
+    ])
+    func findsTheFileName(header: String, expected: String) {
+        #expect(ContentDisposition.fileName(in: header) == expected)
+    }
+
+    @Test(arguments: [
+        "attachment",
+        "attachment; filename=\"unterminated",
+        "attachment; size=3",
+        "attachment; filename*=UTF-8''%zz",
+        "attachment; filename*=koi8-r''abc",
+    ])
+    func findsNoNameInMalformedOrNamelessHeaders(header: String) {
+        #expect(ContentDisposition.fileName(in: header) == nil)
+    }
+}
+
+@Suite("Parsing Content-Range")
+struct ContentRangeTests {
+    @Test func parsesASatisfiedRange() {
+        #expect(ContentRange(parsing: "bytes 100-199/1000") == ContentRange(range: 100...199, completeLength: 1000))
+        #expect(ContentRange(parsing: "bytes 0-0/*") == ContentRange(range: 0...0, completeLength: nil))
+    }
+
+    @Test func parsesTheUnsatisfiedForm() {
+        #expect(ContentRange(parsing: "bytes */1000") == ContentRange(range: nil, completeLength: 1000))
+    }
+
+    @Test(arguments: [
+        "bytes 200-100/1000", "bytes 0-1000/1000", "bytes */*", "items 0-1/2", "bytes 0-1", "bytes -1-5/10",
+        "bytes 0-99999999999999999999/100000000000000000000", "bytes 1-2/3\u{0}", "bytes a-b/c", "",
+    ])
+    func rejectsMalformedOrInconsistentRanges(header: String) {
+        #expect(ContentRange(parsing: header) == nil)
+    }
+}
+
+@Suite("Parsing checksums")
+struct ChecksumTests {
+    @Test func parsesAria2StyleChecksums() throws {
+        let checksum = try #require(Checksum(parsing: "sha-256=" + String(repeating: "A", count: 64)))
+        #expect(checksum.algorithm == .sha256)
+        #expect(checksum.hexDigest == String(repeating: "a", count: 64))
+        #expect(Checksum(parsing: "md5=" + String(repeating: "0", count: 32))?.algorithm == .md5)
+        #expect(Checksum(parsing: "sha256=" + String(repeating: "0", count: 64))?.algorithm == .sha256)
+    }
+
+    @Test(arguments: ["sha-256=abc", "crc32=00000000", "sha-1=" + String(repeating: "g", count: 40), "nonsense"])
+    func rejectsBadChecksums(text: String) {
+        #expect(Checksum(parsing: text) == nil)
+    }
+}

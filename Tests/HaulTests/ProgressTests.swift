@@ -1,0 +1,68 @@
+import Testing
+
+@testable import Haul
+
+@Suite("Aggregating progress")
+struct ProgressTests {
+    let start = ContinuousClock.now
+
+    @Test func weighsFilesByTheirBytes() {
+        var tracker = BatchProgressTracker()
+        tracker.added("big", expectedBytes: 900)
+        tracker.added("small", expectedBytes: 100)
+        tracker.progressed("small", receivedBytes: 100, expectedBytes: 100)
+        tracker.finished("small", state: .completed, byteCount: 100)
+        let progress = tracker.snapshot(at: self.start)
+        #expect(progress.fractionCompleted == 0.1)
+        #expect(progress.completedFiles == 1)
+        #expect(progress.remainingFiles == 1)
+        #expect(progress.expectedBytes == 1000)
+    }
+
+    @Test func neverGoesBackwardsWhenAFileRestartsOrASizeBecomesKnown() {
+        var tracker = BatchProgressTracker()
+        tracker.added("a", expectedBytes: 100)
+        tracker.added("b", expectedBytes: nil)
+        tracker.progressed("a", receivedBytes: 80, expectedBytes: 100)
+        let before = tracker.snapshot(at: self.start)
+        #expect(before.expectedBytes == nil)
+        #expect(before.filesOfUnknownSize == 1)
+        tracker.progressed("a", receivedBytes: 0, expectedBytes: 100)
+        tracker.progressed("b", receivedBytes: 0, expectedBytes: 10_000)
+        let after = tracker.snapshot(at: self.start + .seconds(1))
+        #expect(after.transferredBytes == 80)
+        #expect(after.fractionCompleted >= before.fractionCompleted)
+        #expect(after.expectedBytes == 10_100)
+    }
+
+    @Test func reachesExactlyOneOnlyWhenEveryFileHasFinished() {
+        var tracker = BatchProgressTracker()
+        tracker.added("a", expectedBytes: 10)
+        tracker.added("b", expectedBytes: 10)
+        tracker.progressed("a", receivedBytes: 10, expectedBytes: 10)
+        tracker.progressed("b", receivedBytes: 10, expectedBytes: 10)
+        #expect(tracker.snapshot(at: self.start).fractionCompleted < 1)
+        tracker.finished("a", state: .completed, byteCount: 10)
+        tracker.finished("b", state: .failed, byteCount: nil)
+        let done = tracker.snapshot(at: self.start)
+        #expect(done.fractionCompleted == 1)
+        #expect(done.failedFiles == 1)
+        #expect(done.estimatedTimeRemaining == .zero)
+    }
+
+    @Test func estimatesSpeedAsAMovingAverage() {
+        var rate = RateEstimator()
+        rate.record(totalBytes: 0, at: self.start)
+        for second in 1...10 { rate.record(totalBytes: Int64(second) * 1_000_000, at: self.start + .seconds(second)) }
+        #expect(abs(rate.bytesPerSecond - 1_000_000) < 1)
+        rate.record(totalBytes: 10_000_000, at: self.start + .seconds(13))
+        #expect(rate.bytesPerSecond < 1_000_000 && rate.bytesPerSecond > 0)
+    }
+
+    @Test func aTransferReportsFractionAndTimeLeft() {
+        let progress = TransferProgress(receivedBytes: 250, expectedBytes: 1000, bytesPerSecond: 250)
+        #expect(progress.fractionCompleted == 0.25)
+        #expect(progress.estimatedTimeRemaining == .seconds(3))
+        #expect(TransferProgress(receivedBytes: 5, expectedBytes: nil, bytesPerSecond: 1).fractionCompleted == nil)
+    }
+}

@@ -1,0 +1,125 @@
+import Testing
+
+@testable import Haul
+
+@Suite("Scheduling transfers under limits")
+struct SchedulerTests {
+    @Test func startsInOrderUpToTheGlobalLimit() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 2, maximumPerHost: 6)
+        #expect(scheduler.enqueue("a", host: "h1") == ["a"])
+        #expect(scheduler.enqueue("b", host: "h1") == ["b"])
+        #expect(scheduler.enqueue("c", host: "h2") == [])
+        #expect(scheduler.runningEnded("a") == ["c"])
+        #expect(scheduler.runningCount == 2)
+    }
+
+    @Test func letsAnotherHostGoFirstWhenOneHostIsAtItsLimit() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 3, maximumPerHost: 1)
+        #expect(scheduler.enqueue("a1", host: "a") == ["a1"])
+        #expect(scheduler.enqueue("a2", host: "a") == [])
+        #expect(scheduler.enqueue("b1", host: "b") == ["b1"])
+        #expect(scheduler.runningEnded("a1") == ["a2"])
+    }
+
+    @Test func skipsTransfersRemovedWhileWaiting() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 1)
+        _ = scheduler.enqueue("a", host: "h")
+        _ = scheduler.enqueue("b", host: "h")
+        _ = scheduler.enqueue("c", host: "h")
+        scheduler.removeWaiting("b")
+        #expect(scheduler.waitingCount == 1)
+        #expect(scheduler.runningEnded("a") == ["c"])
+        #expect(scheduler.runningEnded("c") == [])
+    }
+
+    @Test func aTransferRemovedAndQueuedAgainRunsOnceAtItsNewPlace() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 1)
+        _ = scheduler.enqueue("a", host: "h")
+        _ = scheduler.enqueue("b", host: "h")
+        _ = scheduler.enqueue("c", host: "h")
+        scheduler.removeWaiting("b")
+        _ = scheduler.enqueue("b", host: "h")
+        #expect(scheduler.runningEnded("a") == ["c"])
+        #expect(scheduler.runningEnded("c") == ["b"])
+        #expect(scheduler.runningEnded("b") == [])
+    }
+
+    @Test func raisingTheLimitStartsMoreAtOnce() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 6)
+        for id in ["a", "b", "c"] { _ = scheduler.enqueue(TransferID(id), host: "h") }
+        #expect(scheduler.setLimits(maximumConcurrent: 3, maximumPerHost: 6) == ["b", "c"])
+    }
+
+    @Test func choosesAmongAHundredThousandWaitingWithoutScanningThem() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 4, maximumPerHost: 4)
+        for index in 0..<100_000 { _ = scheduler.enqueue(TransferID("t\(index)"), host: "h\(index % 3)") }
+        #expect(scheduler.runningCount == 4)
+        #expect(scheduler.runningEnded("t0") == ["t4"])
+    }
+}
+
+@Suite("The lifecycle of one download")
+struct DownloadStateMachineTests {
+    typealias Machine = Download.StateMachine
+
+    @Test func completesWhenTheAttemptSucceeds() {
+        var machine = Machine()
+        machine.started()
+        #expect(machine.attemptEnded(.completed) == .finish(.completed, removePartialFile: false, dequeue: false))
+        #expect(machine.state == .finished(.completed))
+    }
+
+    @Test func pausingAWaitingTransferTakesItOutOfTheQueue() {
+        var machine = Machine()
+        #expect(machine.pause() == .dequeueAndReportPaused)
+        #expect(machine.resume() == .enqueueAndReportResumed)
+        #expect(machine.state == .waiting)
+    }
+
+    @Test func pausingARunningTransferStopsTheAttemptAndSettlesWhenItEnds() {
+        var machine = Machine()
+        machine.started()
+        #expect(machine.pause() == .stopAttempt)
+        #expect(machine.pause() == .none)
+        #expect(machine.attemptEnded(nil) == .reportPaused)
+        #expect(machine.state == .paused)
+    }
+
+    @Test func aResultThatArrivesAfterAPauseIsKept() {
+        var machine = Machine()
+        machine.started()
+        _ = machine.pause()
+        #expect(machine.attemptEnded(.completed) == .finish(.completed, removePartialFile: false, dequeue: false))
+    }
+
+    @Test func resumingBeforeTheStoppedAttemptEndsQueuesItAgainOnce() {
+        var machine = Machine()
+        machine.started()
+        _ = machine.pause()
+        #expect(machine.resume() == .none)
+        #expect(machine.attemptEnded(nil) == .enqueue)
+        #expect(machine.state == .waiting)
+    }
+
+    @Test func cancellingRemovesThePartialFileInEveryUnfinishedState() {
+        var waiting = Machine()
+        #expect(waiting.cancel() == .finish(.cancelled, removePartialFile: true, dequeue: true))
+        var paused = Machine()
+        _ = paused.pause()
+        #expect(paused.cancel() == .finish(.cancelled, removePartialFile: true, dequeue: false))
+        var running = Machine()
+        running.started()
+        #expect(running.cancel() == .stopAttempt)
+        #expect(running.attemptEnded(.failed) == .finish(.cancelled, removePartialFile: true, dequeue: false))
+    }
+
+    @Test func lateCommandsOnAFinishedTransferDoNothing() {
+        var machine = Machine()
+        machine.started()
+        _ = machine.attemptEnded(.failed)
+        #expect(machine.pause() == .none)
+        #expect(machine.resume() == .none)
+        #expect(machine.cancel() == .none)
+        #expect(machine.state == .finished(.failed))
+    }
+}
