@@ -17,6 +17,8 @@ extension TransferManager {
         var expectedBytes: Int64?
         var rate = RateEstimator()
         var lastProgressEvent: ContinuousClock.Instant?
+        /// The byte count of the last progress event, so the final one is not sent twice.
+        var lastReportedBytes: Int64 = -1
         var stopSignal: StopSignal?
         var result: TransferResult?
 
@@ -331,7 +333,10 @@ extension TransferManager {
             record.receivedBytes = receivedBytes
             record.rate.record(totalBytes: receivedBytes, at: now)
             let due = record.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true
-            if due { record.lastProgressEvent = now }
+            if due {
+                record.lastProgressEvent = now
+                record.lastReportedBytes = receivedBytes
+            }
             self.transfers[id] = record
             if due { self.emit(id, .progressed(record.progress)) }
             for batchID in record.batches {
@@ -353,7 +358,9 @@ extension TransferManager {
             record.result = result
             let batches = record.batches
             self.transfers[id] = record
-            if case .completed = result { self.emit(id, .progressed(record.progress)) }
+            if case .completed = result, record.lastReportedBytes != record.receivedBytes {
+                self.emit(id, .progressed(record.progress))
+            }
             self.emit(id, .finished(result))
             self.transfers[id]!.batches = []
             for batchID in batches {

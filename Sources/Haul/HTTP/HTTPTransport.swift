@@ -55,13 +55,13 @@ struct HTTPTransport: Sendable {
                 return CancellationError()
             case .connectTimeout, .readTimeout, .writeTimeout, .deadlineExceeded, .tlsHandshakeTimeout,
                 .getConnectionFromPoolTimeout:
-                return HaulError(.timedOut, "Timed out (\(clientError)) on \(url.absoluteString)", underlying: error)
+                return HaulError(.timedOut, "Timed out (\(clientError))", underlying: error)
             case .remoteConnectionClosed, .bodyLengthMismatch:
                 return HaulError(
                     receivedBody ? .incompleteBody : .connectionFailed,
-                    "The server closed the connection before the end of \(url.absoluteString)", underlying: error)
+                    "The server closed the connection before the end of the response", underlying: error)
             case .redirectLimitReached, .redirectCycleDetected:
-                return HaulError(.invalidRequest, "Too many redirects or a redirect loop at \(url.absoluteString)", underlying: error)
+                return HaulError(.invalidRequest, "Too many redirects, or a redirect loop", underlying: error)
             case .invalidURL, .emptyHost, .emptyScheme:
                 return HaulError(.invalidRequest, "Not a URL Haul can download: \(url.absoluteString)", underlying: error)
             default:
@@ -70,7 +70,7 @@ struct HTTPTransport: Sendable {
         }
         return HaulError(
             receivedBody ? .incompleteBody : .connectionFailed,
-            "\(receivedBody ? "The connection was lost during" : "Could not connect for") \(url.absoluteString): \(error)",
+            "\(receivedBody ? "The connection was lost" : "Could not connect"): \(error)",
             underlying: error)
     }
 }

@@ -135,19 +135,19 @@ extension Download {
             }
             if let header = response.headers.first(name: "content-length") {
                 guard let length = Int64(header), length >= 0, header.allSatisfy(\.isASCII) else {
-                    throw HaulError(.invalidRequest, "Invalid Content-Length \"\(header)\" from \(plan.url.absoluteString)", httpStatus: status)
+                    throw HaulError(.invalidRequest, "The server sent an invalid Content-Length: \"\(header)\"", httpStatus: status)
                 }
                 expectedBytes = length
             }
         default:
             throw HaulError(
-                .httpStatus, "HTTP \(status) \(response.status.reasonPhrase) for \(plan.url.absoluteString)",
+                .httpStatus, "The server answered \(status) \(response.status.reasonPhrase)",
                 httpStatus: status)
         }
         validator.completeLength = expectedBytes
         if let expected = plan.expectedByteCount, let announced = expectedBytes, expected != announced {
             throw HaulError(
-                .sizeMismatch, "Expected \(expected) bytes but the server announced \(announced) for \(plan.url.absoluteString)",
+                .sizeMismatch, "Expected \(expected) bytes but the server announced \(announced)",
                 httpStatus: status)
         }
         if plan.usesContentDisposition,
@@ -206,18 +206,18 @@ extension Download {
         let byteCount = file.size
         if let expected = expectedBytes, byteCount != expected {
             throw HaulError(
-                .incompleteBody, "Received \(byteCount) of \(expected) bytes of \(plan.url.absoluteString)", httpStatus: status)
+                .incompleteBody, "Received \(byteCount) of \(expected) bytes", httpStatus: status)
         }
         if let expected = plan.expectedByteCount, byteCount != expected {
             PartialFile.remove(plan.partPath)
-            throw HaulError(.sizeMismatch, "Expected \(expected) bytes but received \(byteCount) for \(plan.url.absoluteString)", httpStatus: status)
+            throw HaulError(.sizeMismatch, "Expected \(expected) bytes but received \(byteCount)", httpStatus: status)
         }
         let checksumDigest = checksumDigester?.finalize()
         if let checksum = plan.checksum, checksumDigest != checksum.hexDigest {
             PartialFile.remove(plan.partPath)
             throw HaulError(
                 .checksumMismatch,
-                "The \(checksum.algorithm) of \(plan.url.absoluteString) is \(checksumDigest ?? "?"), expected \(checksum.hexDigest)",
+                "The file's \(checksum.algorithm) is \(checksumDigest ?? "?"), expected \(checksum.hexDigest)",
                 httpStatus: status)
         }
         if plan.synchronizesFiles { try file.synchronize() }

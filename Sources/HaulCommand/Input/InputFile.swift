@@ -1,0 +1,154 @@
+import Foundation
+import Haul
+
+/// One item of an input file: a URL and the options indented below it.
+struct InputItem: Equatable, Sendable {
+    var url: URL
+    var lineNumber: Int
+    /// `out=NAME`: the file name in the destination folder.
+    var outputName: String?
+    /// `dir=DIR`: the destination folder, relative to `-d` unless absolute.
+    var directory: String?
+    /// `checksum=ALGO=HEX`.
+    var checksum: Checksum?
+    /// `header=Name: value`, repeatable.
+    var headers: [HTTPHeaderLine] = []
+}
+
+/// A header given as `Name: value`.
+struct HTTPHeaderLine: Equatable, Sendable {
+    var name: String
+    var value: String
+
+    /// Parses `Name: value`; `nil` when there is no colon, the name is empty or not a token, or either part holds a
+    /// line break (which would let a value smuggle another header).
+    init?(parsing text: String) {
+        guard let colon = text.firstIndex(of: ":") else { return nil }
+        let name = text[..<colon].trimmingCharacters(in: .whitespaces)
+        let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        guard !name.isEmpty, name.unicodeScalars.allSatisfy(tokenCharacters.contains),
+            !value.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" })
+        else { return nil }
+        self.name = name
+        self.value = value
+    }
+}
+
+/// An error in an input file, with the line it is on.
+struct InputFileError: Error, Equatable, CustomStringConvertible {
+    var lineNumber: Int
+    var message: String
+    var description: String { "line \(self.lineNumber): \(self.message)" }
+}
+
+/// Parses aria2c's input-file format one line at a time, so a list of any length is read in constant memory.
+///
+/// A line that is not indented and not a `#` comment is a URL and starts an item; the lines below it that start with
+/// white space hold `key=value` options for it: `out`, `dir`, `checksum`, `header` (repeatable). Blank lines are
+/// ignored. Pure: feed it lines, it returns the items it has completed.
+struct InputFileParser {
+    private var current: InputItem?
+    private var lineNumber = 0
+
+    /// Takes the next line; returns the previous item when this line starts a new one.
+    mutating func feed(_ rawLine: Substring) throws(InputFileError) -> InputItem? {
+        self.lineNumber += 1
+        let line = rawLine
+        if line.allSatisfy({ $0 == " " || $0 == "\t" }) { return nil }
+        if line.first == " " || line.first == "\t" {
+            try self.addOption(line.trimmingCharacters(in: .whitespaces))
+            return nil
+        }
+        if line.first == "#" { return nil }
+        let finished = self.current
+        self.current = try InputItem(url: Self.url(String(line), lineNumber: self.lineNumber), lineNumber: self.lineNumber)
+        return finished
+    }
+
+    /// Ends the input; returns the last item, if any.
+    mutating func finish() -> InputItem? {
+        defer { self.current = nil }
+        return self.current
+    }
+
+    private mutating func addOption(_ option: String) throws(InputFileError) {
+        guard self.current != nil else {
+            throw InputFileError(lineNumber: self.lineNumber, message: "an option comes before any URL")
+        }
+        guard let equals = option.firstIndex(of: "=") else {
+            throw InputFileError(lineNumber: self.lineNumber, message: "expected key=value, found \"\(option)\"")
+        }
+        let key = option[..<equals].trimmingCharacters(in: .whitespaces)
+        let value = String(option[option.index(after: equals)...])
+        switch key {
+        case "out":
+            guard !value.isEmpty, !value.contains("/"), value != ".", value != ".." else {
+                throw InputFileError(lineNumber: self.lineNumber, message: "out= takes a file name without /")
+            }
+            self.current!.outputName = value
+        case "dir":
+            guard !value.isEmpty else { throw InputFileError(lineNumber: self.lineNumber, message: "dir= is empty") }
+            self.current!.directory = value
+        case "checksum":
+            guard let checksum = Checksum(parsing: value) else {
+                throw InputFileError(
+                    lineNumber: self.lineNumber,
+                    message: "checksum= takes ALGO=HEX with ALGO one of sha-256, sha-512, sha-1, md5 and a digest of its length")
+            }
+            self.current!.checksum = checksum
+        case "header":
+            guard let header = HTTPHeaderLine(parsing: value) else {
+                throw InputFileError(lineNumber: self.lineNumber, message: "header= takes \"Name: value\"")
+            }
+            self.current!.headers.append(header)
+        default:
+            throw InputFileError(lineNumber: self.lineNumber, message: "unknown option \"\(key)\" (known: out, dir, checksum, header)")
+        }
+    }
+
+    /// An absolute http or https URL, or an error that says what is wrong with it.
+    static func url(_ text: String, lineNumber: Int) throws(InputFileError) -> URL {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard let url = URL(string: trimmed), let scheme = url.scheme?.lowercased(), url.host?.isEmpty == false else {
+            throw InputFileError(lineNumber: lineNumber, message: "not an absolute URL: \"\(trimmed)\"")
+        }
+        guard scheme == "http" || scheme == "https" else {
+            throw InputFileError(lineNumber: lineNumber, message: "only http and https URLs are supported: \"\(trimmed)\"")
+        }
+        return url
+    }
+}
+
+/// Reads a file (or standard input for `-`) line by line, in constant memory.
+final class LineReader {
+    private let file: UnsafeMutablePointer<FILE>
+    private let ownsFile: Bool
+
+    init(path: String) throws {
+        if path == "-", let input = fdopen(STDIN_FILENO, "r") {
+            self.file = input
+            self.ownsFile = false
+        } else {
+            guard let file = fopen(path, "r") else {
+                throw InputFileError(lineNumber: 0, message: "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+            self.file = file
+            self.ownsFile = true
+        }
+    }
+
+    deinit { if self.ownsFile { fclose(self.file) } }
+
+    /// The next line without its line break, or `nil` at the end.
+    func next() -> Substring? {
+        var buffer: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        defer { free(buffer) }
+        var count = getline(&buffer, &capacity, self.file)
+        guard count >= 0, let buffer else { return nil }
+        // Trim the line break as bytes: as characters, "\r\n" is one grapheme and "\n" would not match it.
+        while count > 0, buffer[count - 1] == 0x0A || buffer[count - 1] == 0x0D { count -= 1 }
+        return String(decoding: UnsafeRawBufferPointer(start: buffer, count: count), as: UTF8.self)[...]
+    }
+}

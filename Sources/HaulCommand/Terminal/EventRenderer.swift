@@ -1,0 +1,179 @@
+import Foundation
+import Haul
+
+/// Turns batch events into output lines: plain text for people and logs, or NDJSON for programs. Pure: it keeps
+/// only what it needs to decide when the next plain progress line is due.
+struct EventRenderer {
+    enum Mode: Equatable {
+        /// One line per started, completed or failed item, and a progress line at most every `progressEvery`.
+        case plain(progressEvery: Duration)
+        /// One JSON object per line with an `event` field.
+        case json
+        /// Only failures.
+        case quiet
+    }
+
+    let mode: Mode
+    private var lastProgressLine: ContinuousClock.Instant?
+
+    init(mode: Mode) { self.mode = mode }
+
+    /// The lines for an event, at `now`.
+    mutating func lines(for event: BatchEvent, at now: ContinuousClock.Instant) -> [String] {
+        switch self.mode {
+        case .json:
+            return JSONEvent.make(event).map { [$0.encoded()] } ?? []
+        case .quiet:
+            if case .transfer(let transfer) = event, case .finished(.failed(let error)) = transfer.kind {
+                return ["failed    \(transfer.url.absoluteString): \(error.message)"]
+            }
+            return []
+        case .plain(let every):
+            switch event {
+            case .transfer(let transfer):
+                switch transfer.kind {
+                case .started(let offset):
+                    return ["started   \(transfer.url.absoluteString)" + (offset > 0 ? " (resuming at \(Formatting.bytes(offset)))" : "")]
+                case .restarted(let reason):
+                    return ["restarted \(transfer.url.absoluteString): \(reason)"]
+                case .finished(.completed(let file)):
+                    return ["completed \(file.path.path) (\(Formatting.bytes(file.byteCount)))"]
+                case .finished(.failed(let error)):
+                    return ["failed    \(transfer.url.absoluteString): \(error.message)"]
+                case .finished(.skipped(let existing)):
+                    return ["skipped   \(transfer.url.absoluteString): \(existing.path) exists"]
+                case .finished(.cancelled):
+                    return ["cancelled \(transfer.url.absoluteString)"]
+                case .queued, .progressed, .paused, .resumed:
+                    return []
+                }
+            case .progressed(let progress):
+                if let last = self.lastProgressLine, now - last < every { return [] }
+                if progress.isFinished { return [] }
+                self.lastProgressLine = now
+                return [Self.progressLine(progress)]
+            case .finished:
+                return []
+            }
+        }
+    }
+
+    /// `progress  12/200 files, 3 failed, 45.2 MiB of 120 MiB (37%), 80.1 MiB/s, 1.0s left`.
+    static func progressLine(_ progress: BatchProgress) -> String {
+        let done = progress.completedFiles + progress.skippedFiles
+        var text = "progress  \(done)/\(progress.totalFiles) files"
+        if progress.failedFiles > 0 { text += ", \(progress.failedFiles) failed" }
+        text += ", \(Formatting.bytes(progress.transferredBytes))"
+        if let expected = progress.expectedBytes { text += " of \(Formatting.bytes(expected))" }
+        text += " (\(Int(progress.fractionCompleted * 100))%)"
+        text += ", \(Formatting.speed(progress.bytesPerSecond))"
+        if let left = progress.estimatedTimeRemaining { text += ", \(Formatting.duration(left)) left" }
+        return text
+    }
+}
+
+/// The summary printed at the end of every run: counts, bytes, time, speed, then one line per failed item.
+enum Summary {
+    static func lines(for report: BatchReport, elapsed: Duration) -> [String] {
+        let bytes = report.completed.reduce(Int64(0)) { $0 + $1.file.byteCount }
+        let seconds = max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 1e-6)
+        var counts = ["\(report.completed.count) completed"]
+        if !report.skipped.isEmpty { counts.append("\(report.skipped.count) skipped") }
+        counts.append("\(report.failed.count) failed")
+        if !report.cancelled.isEmpty { counts.append("\(report.cancelled.count) cancelled") }
+        var lines = [
+            "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes)) in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(bytes) / seconds)))"
+        ]
+        for (item, error) in report.failed {
+            let status = error.httpStatus.map { " [HTTP \($0)]" } ?? ""
+            lines.append("FAILED \(item.url.absoluteString): \(error.message)\(status)")
+        }
+        return lines
+    }
+}
+
+/// One NDJSON event of `haul get --json`.
+struct JSONEvent: Encodable {
+    struct ErrorBody: Encodable {
+        var code: String
+        var message: String
+        var status: Int?
+    }
+
+    var event: String
+    var id: String?
+    var url: String?
+    var offset: Int64?
+    var bytes: Int64?
+    var total: Int64?
+    var bytesPerSecond: Double?
+    var path: String?
+    var sha256: String?
+    var reason: String?
+    var error: ErrorBody?
+    var files: Int?
+    var completed: Int?
+    var failed: Int?
+    var skipped: Int?
+    var cancelled: Int?
+
+    init(event: String, id: TransferID? = nil, url: URL? = nil) {
+        self.event = event
+        self.id = id?.rawValue
+        self.url = url?.absoluteString
+    }
+
+    static func make(_ event: BatchEvent) -> JSONEvent? {
+        switch event {
+        case .transfer(let transfer):
+            var json = JSONEvent(event: "", id: transfer.id, url: transfer.url)
+            switch transfer.kind {
+            case .queued: json.event = "queued"
+            case .started(let offset):
+                json.event = "started"
+                json.offset = offset
+            case .progressed(let progress):
+                json.event = "progress"
+                json.bytes = progress.receivedBytes
+                json.total = progress.expectedBytes
+                json.bytesPerSecond = (progress.bytesPerSecond * 10).rounded() / 10
+            case .paused: json.event = "paused"
+            case .resumed: json.event = "resumed"
+            case .restarted(let reason):
+                json.event = "restarted"
+                json.reason = reason
+            case .finished(.completed(let file)):
+                json.event = "completed"
+                json.path = file.path.path
+                json.bytes = file.byteCount
+                json.sha256 = file.sha256
+            case .finished(.failed(let error)):
+                json.event = "failed"
+                json.error = ErrorBody(code: error.code.description, message: error.message, status: error.httpStatus)
+            case .finished(.skipped(let existing)):
+                json.event = "skipped"
+                json.path = existing.path
+            case .finished(.cancelled):
+                json.event = "cancelled"
+            }
+            return json
+        case .progressed:
+            return nil
+        case .finished(let report):
+            var json = JSONEvent(event: "finished")
+            json.files = report.items.count
+            json.completed = report.completed.count
+            json.failed = report.failed.count
+            json.skipped = report.skipped.count
+            json.cancelled = report.cancelled.count
+            json.bytes = report.completed.reduce(0) { $0 + $1.file.byteCount }
+            return json
+        }
+    }
+
+    func encoded() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(self)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+}

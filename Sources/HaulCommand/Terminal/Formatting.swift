@@ -1,0 +1,33 @@
+import Foundation
+
+/// Human forms of sizes, speeds and durations: pure, so tests can pin the exact text.
+enum Formatting {
+    /// `0 B`, `999 B`, `1.0 KiB`, `12.3 MiB`, `1.50 GiB`.
+    static func bytes(_ count: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+        guard count >= 1024 else { return "\(count) B" }
+        var value = Double(count)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        let digits = value >= 100 ? 0 : (value >= 10 ? 1 : 2)
+        return String(format: "%.\(digits)f %@", value, units[unit])
+    }
+
+    /// `3.2 MiB/s`.
+    static func speed(_ bytesPerSecond: Double) -> String {
+        self.bytes(Int64(max(0, bytesPerSecond))) + "/s"
+    }
+
+    /// `0.4s`, `12s`, `3m05s`, `2h07m`.
+    static func duration(_ duration: Duration) -> String {
+        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        if seconds < 10 { return String(format: "%.1fs", seconds) }
+        let whole = Int(seconds.rounded())
+        if whole < 60 { return "\(whole)s" }
+        if whole < 3600 { return String(format: "%dm%02ds", whole / 60, whole % 60) }
+        return String(format: "%dh%02dm", whole / 3600, (whole % 3600) / 60)
+    }
+}

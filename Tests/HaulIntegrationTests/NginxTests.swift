@@ -1,0 +1,62 @@
+import Foundation
+import Haul
+import HaulTesting
+import Testing
+
+@Suite("Against a real nginx", .timeLimit(.minutes(2)), .enabled(if: NginxServer.executable != nil, "nginx is not installed"))
+struct NginxTests {
+    @Test func downloadsABatchOfMixedSizesByteForByte() async throws {
+        try await NginxServer.withServer { nginx in
+            let sizes = [0, 1, 4_096, 100_000, 1_048_576, 3_000_001]
+            for (index, size) in sizes.enumerated() {
+                try Data(FaultInjectingServer.body(size: size, seed: UInt64(index))).write(to: nginx.root.appending(path: "f\(index).bin"))
+            }
+            try await withTemporaryDirectory { folder in
+                let urls = sizes.indices.map { nginx.url("/f\($0).bin") } + [nginx.url("/missing.bin")]
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.download(urls, into: folder)
+                }
+                #expect(report.completed.count == sizes.count)
+                #expect(report.failed.map(\.error.httpStatus) == [404])
+                for (index, size) in sizes.enumerated() {
+                    #expect(contents(of: folder.appending(path: "f\(index).bin")) == FaultInjectingServer.body(size: size, seed: UInt64(index)))
+                }
+            }
+        }
+    }
+
+    @Test func resumesAPausedDownloadWithNginxsETagAsTheValidator() async throws {
+        try await NginxServer.withServer(extraLocationConfig: "limit_rate 400k;") { nginx in
+            let body = FaultInjectingServer.body(size: 1_000_000, seed: 77)
+            try Data(body).write(to: nginx.root.appending(path: "slow.bin"))
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    let batch = try manager.enqueue(TransferRequest(url: nginx.url("/slow.bin"), into: folder))
+                    var id: TransferID?
+                    for await event in batch.events {
+                        if case .transfer(let transfer) = event, case .progressed(let progress) = transfer.kind,
+                            progress.receivedBytes > 100_000
+                        {
+                            id = transfer.id
+                            break
+                        }
+                    }
+                    let transferID = try #require(id)
+                    manager.pause(transferID)
+                    for await event in batch.events {
+                        if case .transfer(let transfer) = event, case .paused = transfer.kind { break }
+                    }
+                    manager.resume(transferID)
+                    var resumedAt: Int64 = 0
+                    for await event in batch.events {
+                        if case .transfer(let transfer) = event, case .started(let offset) = transfer.kind { resumedAt = offset }
+                    }
+                    #expect(resumedAt > 100_000)
+                    return await batch.report()
+                }
+                #expect(report.completed.count == 1)
+                #expect(contents(of: folder.appending(path: "slow.bin")) == body)
+            }
+        }
+    }
+}
