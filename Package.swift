@@ -49,6 +49,11 @@ let package = Package(
         ),
         .testTarget(name: "HaulTests", dependencies: ["Haul"]),
         .testTarget(name: "HaulIntegrationTests", dependencies: ["Haul", "HaulTesting"]),
-        .testTarget(name: "HaulCommandTests", dependencies: ["HaulCommand", "HaulTesting"]),
+        .testTarget(
+            name: "HaulCommandTests",
+            dependencies: [
+                "HaulCommand", "HaulTesting", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
     ]
 )

@@ -26,6 +26,13 @@ public struct TransferEvent: Sendable {
     public var url: URL
     /// What happened.
     public var kind: Kind
+
+    /// Creates an event (for tests and adapters; the manager makes its own).
+    public init(id: TransferID, url: URL, kind: Kind) {
+        self.id = id
+        self.url = url
+        self.kind = kind
+    }
 }
 
 /// Something that happened in a batch: an event of one of its transfers, a progress update, or its end.

@@ -57,6 +57,26 @@ public struct BatchProgress: Hashable, Sendable {
     /// The time left at the current speed, or `nil` when nothing is moving.
     public var estimatedTimeRemaining: Duration?
 
+    /// Creates a progress value (for tests and adapters; the manager makes its own).
+    public init(
+        totalFiles: Int, completedFiles: Int, failedFiles: Int, cancelledFiles: Int, skippedFiles: Int,
+        transferredBytes: Int64, expectedBytes: Int64?, knownExpectedBytes: Int64, filesOfUnknownSize: Int,
+        fractionCompleted: Double, bytesPerSecond: Double, estimatedTimeRemaining: Duration?
+    ) {
+        self.totalFiles = totalFiles
+        self.completedFiles = completedFiles
+        self.failedFiles = failedFiles
+        self.cancelledFiles = cancelledFiles
+        self.skippedFiles = skippedFiles
+        self.transferredBytes = transferredBytes
+        self.expectedBytes = expectedBytes
+        self.knownExpectedBytes = knownExpectedBytes
+        self.filesOfUnknownSize = filesOfUnknownSize
+        self.fractionCompleted = fractionCompleted
+        self.bytesPerSecond = bytesPerSecond
+        self.estimatedTimeRemaining = estimatedTimeRemaining
+    }
+
     /// Transfers that have not finished yet.
     public var remainingFiles: Int {
         self.totalFiles - self.completedFiles - self.failedFiles - self.cancelledFiles - self.skippedFiles

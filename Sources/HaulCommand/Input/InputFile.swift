@@ -28,7 +28,7 @@ struct HTTPHeaderLine: Equatable, Sendable {
         let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
         guard !name.isEmpty, name.unicodeScalars.allSatisfy(tokenCharacters.contains),
-            !value.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" })
+            !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" })
         else { return nil }
         self.name = name
         self.value = value

@@ -1,0 +1,159 @@
+import Foundation
+import HaulTesting
+import Testing
+
+/// Runs the built `haul` binary.
+struct HaulProcess {
+    static var executable: URL {
+        // The test bundle sits beside the products of the same build.
+        let products = Bundle.main.bundleURL.pathExtension == "xctest"
+            ? Bundle.main.bundleURL.deletingLastPathComponent() : Bundle.main.bundleURL
+        return products.appending(path: "haul")
+    }
+
+    struct Output {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    static func run(_ arguments: [String], stdin: String? = nil) async throws -> Output {
+        let process = Process()
+        process.executableURL = self.executable
+        process.arguments = arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        let input = Pipe()
+        process.standardInput = input
+        try process.run()
+        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try input.fileHandleForWriting.close()
+        async let stdoutData = Task.detached { out.fileHandleForReading.readDataToEndOfFile() }.value
+        async let stderrData = Task.detached { err.fileHandleForReading.readDataToEndOfFile() }.value
+        let (o, e) = await (stdoutData, stderrData)
+        process.waitUntilExit()
+        return Output(status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    }
+}
+
+@Suite("The haul binary, end to end", .timeLimit(.minutes(2)))
+struct EndToEndTests {
+    static let body = FaultInjectingServer.body(size: 200_000, seed: 3)
+
+    func withFolder<T>(_ body: (URL) async throws -> T) async throws -> T {
+        let url = FileManager.default.temporaryDirectory.appending(path: "haul-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: url) }
+        return try await body(url)
+    }
+
+    @Test func exitsZeroWhenEveryFileCompletesAndWritesThemByteForByte() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body), "/b.bin": .init(body: [1, 2])]) { server in
+            try await self.withFolder { folder in
+                let output = try await HaulProcess.run(["get", server.url("/a.bin").absoluteString, server.url("/b.bin").absoluteString, "-d", folder.path])
+                #expect(output.status == 0, "\(output.stderr)")
+                #expect(try Data(contentsOf: folder.appending(path: "a.bin")) == Data(Self.body))
+                #expect(output.stdout.contains("2 files: 2 completed, 0 failed"))
+                #expect(!output.stdout.contains("\u{1B}"), "no escape codes when not on a terminal")
+            }
+        }
+    }
+
+    @Test func exitsOneAndNamesEveryFailedURLWithItsReason() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+            try await self.withFolder { folder in
+                let missing = server.url("/missing").absoluteString
+                let output = try await HaulProcess.run(["get", server.url("/a.bin").absoluteString, missing, "-d", folder.path])
+                #expect(output.status == 1)
+                #expect(output.stdout.contains("FAILED \(missing): The server answered 404 Not Found [HTTP 404]"))
+            }
+        }
+    }
+
+    @Test func exitsSixtyFourOnBadUsageAndOnABadInputFileWithoutDownloading() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+            try await self.withFolder { folder in
+                #expect(try await HaulProcess.run(["get", "-j", "0", server.url("/a.bin").absoluteString]).status == 64)
+                let list = "\(server.url("/a.bin").absoluteString)\n  colour=blue\n"
+                let output = try await HaulProcess.run(["get", "-i", "-", "-d", folder.path], stdin: list)
+                #expect(output.status == 64)
+                #expect(output.stderr.contains("line 2: unknown option \"colour\""))
+                #expect(server.requests.isEmpty)
+                #expect(try await HaulProcess.run(["get", "-i", folder.appending(path: "nope.txt").path]).status == 64)
+            }
+        }
+    }
+
+    @Test func readsAnInputFileWithPerItemOptions() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+            try await self.withFolder { folder in
+                let list = """
+                    # photos
+                    \(server.url("/a.bin").absoluteString)
+                      out=renamed.bin
+                      dir=sub/dir
+                      header=X-Token: secret
+                    """
+                let file = folder.appending(path: "list.txt")
+                try list.write(to: file, atomically: true, encoding: .utf8)
+                let output = try await HaulProcess.run(["get", "-i", file.path, "-d", folder.appending(path: "out").path])
+                #expect(output.status == 0, "\(output.stderr)")
+                #expect(try Data(contentsOf: folder.appending(path: "out/sub/dir/renamed.bin")) == Data(Self.body))
+                #expect(server.requests.first?.headers["x-token"] == "secret")
+            }
+        }
+    }
+
+    @Test func writesOneJSONEventPerLineAndNothingElseOnStandardOutput() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+            try await self.withFolder { folder in
+                let output = try await HaulProcess.run(
+                    ["get", server.url("/a.bin").absoluteString, server.url("/nope").absoluteString, "-d", folder.path, "--json"])
+                #expect(output.status == 1)
+                let events = try output.stdout.split(separator: "\n").map { line in
+                    try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                }
+                let kinds = events.compactMap { $0["event"] as? String }
+                #expect(kinds.filter { $0 == "queued" }.count == 2)
+                #expect(kinds.contains("completed"))
+                #expect(kinds.last == "finished")
+                let failed = try #require(events.first { $0["event"] as? String == "failed" })
+                let error = try #require(failed["error"] as? [String: Any])
+                #expect(error["code"] as? String == "httpStatus")
+                #expect(error["status"] as? Int == 404)
+                let completed = try #require(events.first { $0["event"] as? String == "completed" })
+                #expect(completed["bytes"] as? Int == Self.body.count)
+                #expect(completed["id"] != nil && completed["url"] != nil && completed["path"] != nil)
+                #expect(output.stderr.contains("2 files: 1 completed, 1 failed"))
+            }
+        }
+    }
+
+    @Test func exits130WhenInterruptedAndLeavesNoFinishedFileBehind() async throws {
+        let slow = FaultInjectingServer.Resource(body: FaultInjectingServer.body(size: 2_000_000, seed: 1), chunkSize: 10_000, chunkDelay: .milliseconds(20))
+        try await FaultInjectingServer.withServer(resources: ["/slow.bin": slow]) { server in
+            try await self.withFolder { folder in
+                let process = Process()
+                process.executableURL = HaulProcess.executable
+                process.arguments = ["get", server.url("/slow.bin").absoluteString, "-d", folder.path, "--json"]
+                let out = Pipe()
+                process.standardOutput = out
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                var seen = ""
+                while !seen.contains("\"progress\"") {
+                    let data = out.fileHandleForReading.availableData
+                    if data.isEmpty { break }
+                    seen += String(decoding: data, as: UTF8.self)
+                }
+                process.interrupt()
+                _ = out.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                #expect(process.terminationStatus == 130)
+                #expect(!FileManager.default.fileExists(atPath: folder.appending(path: "slow.bin").path))
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+import ArgumentParser
+import Foundation
+import Haul
+import Testing
+
+@testable import HaulCommand
+
+@Suite("Parsing input files")
+struct InputFileTests {
+    func parse(_ text: String) throws(InputFileError) -> [InputItem] {
+        var parser = InputFileParser()
+        var items: [InputItem] = []
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if let item = try parser.feed(line) { items.append(item) }
+        }
+        if let item = parser.finish() { items.append(item) }
+        return items
+    }
+
+    @Test func readsURLsCommentsAndIndentedOptions() throws {
+        let items = try self.parse(
+            """
+            # a comment
+            https://example.com/a.zip
+              out=renamed.zip
+              dir=sub
+            \tchecksum=sha-256=\(String(repeating: "ab", count: 32))
+              header=Authorization: Bearer x
+              header=X-Trace: 1
+
+            http://example.com/b
+            """)
+        #expect(items.count == 2)
+        #expect(items[0].url.absoluteString == "https://example.com/a.zip")
+        #expect(items[0].outputName == "renamed.zip")
+        #expect(items[0].directory == "sub")
+        #expect(items[0].checksum?.algorithm == .sha256)
+        #expect(items[0].headers.map(\.name) == ["Authorization", "X-Trace"])
+        #expect(items[1].lineNumber == 9)
+        #expect(items[1].outputName == nil)
+    }
+
+    @Test(arguments: [
+        ("  out=x", 1, "an option comes before any URL"),
+        ("http://h/a\n  out", 2, "expected key=value"),
+        ("http://h/a\n  color=red", 2, "unknown option"),
+        ("http://h/a\n  out=../x", 2, "out= takes a file name"),
+        ("http://h/a\n  checksum=sha-256=zz", 2, "checksum= takes"),
+        ("http://h/a\n  header=NoColon", 2, "header= takes"),
+        ("http://h/a\n\nftp://h/b", 3, "only http and https"),
+        ("not a url", 1, "not an absolute URL"),
+    ])
+    func reportsTheLineOfABadEntry(text: String, line: Int, message: String) {
+        #expect {
+            _ = try self.parse(text)
+        } throws: { error in
+            guard let error = error as? InputFileError else { return false }
+            return error.lineNumber == line && error.message.contains(message)
+        }
+    }
+
+    @Test func refusesHeaderValuesThatCouldSmuggleAnotherHeader() {
+        #expect(HTTPHeaderLine(parsing: "X-A: 1\r\nX-B: 2") == nil)
+        #expect(HTTPHeaderLine(parsing: "Bad Name: 1") == nil)
+        #expect(HTTPHeaderLine(parsing: "X-A:  spaced ")?.value == "spaced")
+    }
+}
+
+@Suite("Parsing the get command's arguments")
+struct GetArgumentTests {
+    @Test func acceptsTheDocumentedOptions() throws {
+        let command = try #require(
+            try HaulCommand.parseAsRoot([
+                "get", "http://h/a", "-d", "out", "-o", "x.bin", "-j", "8", "--max-per-host", "2", "-H", "A: b",
+                "--checksum", "md5=" + String(repeating: "0", count: 32), "--on-conflict", "skip", "--content-disposition",
+                "--json",
+            ]) as? Get)
+        #expect(command.maxConcurrent == 8)
+        #expect(command.maxPerHost == 2)
+        #expect(command.output == "x.bin")
+        #expect(command.json)
+    }
+
+    @Test(arguments: [
+        ["get"],
+        ["get", "http://h/a", "-j", "0"],
+        ["get", "http://h/a", "-j", "1000"],
+        ["get", "http://h/a", "http://h/b", "-o", "x"],
+        ["get", "http://h/a", "-o", "../x"],
+        ["get", "http://h/a", "--checksum", "sha-256=12"],
+        ["get", "http://h/a", "--on-conflict", "merge"],
+        ["get", "http://h/a", "-H", "nocolon"],
+        ["get", "http://h/a", "--json", "--quiet"],
+        ["get", "file:///etc/passwd"],
+        ["get", "http://h/a", "--max-per-host", "0"],
+    ])
+    func rejectsBadUsage(arguments: [String]) {
+        #expect(throws: (any Error).self) { try HaulCommand.parseAsRoot(arguments) }
+        #expect(HaulCommand.exitCode(for: ValidationError("x")).rawValue == 64)
+    }
+}
+
+@Suite("Rendering output")
+struct RenderingTests {
+    @Test(arguments: [
+        (Int64(0), "0 B"), (Int64(1023), "1023 B"), (Int64(1024), "1.00 KiB"), (Int64(1_572_864), "1.50 MiB"), (Int64(123 * 1024 * 1024), "123 MiB"),
+    ])
+    func formatsByteCounts(count: Int64, expected: String) {
+        #expect(Formatting.bytes(count) == expected)
+    }
+
+    @Test func formatsDurations() {
+        #expect(Formatting.duration(.milliseconds(400)) == "0.4s")
+        #expect(Formatting.duration(.seconds(42)) == "42s")
+        #expect(Formatting.duration(.seconds(185)) == "3m05s")
+        #expect(Formatting.duration(.seconds(7620)) == "2h07m")
+    }
+
+    @Test func writesAProgressLineWithCountsBytesSpeedAndTimeLeft() {
+        let progress = BatchProgress(
+            totalFiles: 200, completedFiles: 12, failedFiles: 3, cancelledFiles: 0, skippedFiles: 0,
+            transferredBytes: 1_048_576, expectedBytes: 4_194_304, knownExpectedBytes: 4_194_304, filesOfUnknownSize: 0,
+            fractionCompleted: 0.25, bytesPerSecond: 1_048_576, estimatedTimeRemaining: .seconds(3))
+        #expect(
+            EventRenderer.progressLine(progress)
+                == "progress  12/200 files, 3 failed, 1.00 MiB of 4.00 MiB (25%), 1.00 MiB/s, 3.0s left")
+    }
+
+    @Test func writesPlainProgressLinesAtMostEveryInterval() {
+        var renderer = EventRenderer(mode: .plain(progressEvery: .seconds(2)))
+        let progress = BatchProgress(
+            totalFiles: 2, completedFiles: 0, failedFiles: 0, cancelledFiles: 0, skippedFiles: 0, transferredBytes: 1,
+            expectedBytes: nil, knownExpectedBytes: 0, filesOfUnknownSize: 2, fractionCompleted: 0.1, bytesPerSecond: 0,
+            estimatedTimeRemaining: nil)
+        let now = ContinuousClock.now
+        #expect(renderer.lines(for: .progressed(progress), at: now).count == 1)
+        #expect(renderer.lines(for: .progressed(progress), at: now + .seconds(1)).isEmpty)
+        #expect(renderer.lines(for: .progressed(progress), at: now + .seconds(2)).count == 1)
+    }
+
+    @Test func writesFailuresAsJSONWithCodeMessageAndStatus() {
+        let event = BatchEvent.transfer(
+            TransferEvent(
+                id: "t1", url: URL(string: "http://h/a")!,
+                kind: .finished(.failed(HaulError(.httpStatus, "The server answered 404 Not Found", httpStatus: 404)))))
+        let line = JSONEvent.make(event)?.encoded()
+        #expect(
+            line
+                == #"{"error":{"code":"httpStatus","message":"The server answered 404 Not Found","status":404},"event":"failed","id":"t1","url":"http://h/a"}"#
+        )
+    }
+}
