@@ -47,8 +47,17 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "HaulTests", dependencies: ["Haul"]),
-        .testTarget(name: "HaulIntegrationTests", dependencies: ["Haul", "HaulTesting"]),
+        .testTarget(
+            name: "HaulTests",
+            dependencies: [
+                "Haul", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "HaulIntegrationTests",
+            dependencies: ["Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         .testTarget(
             name: "HaulCommandTests",
             dependencies: [

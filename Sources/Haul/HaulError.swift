@@ -22,6 +22,9 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
             case checksumMismatch
             case fileExists
             case fileSystem
+            case fileTooLarge
+            case redirectRefused
+            case tooManyRedirects
             case cancelled
         }
 
@@ -54,6 +57,12 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
         public static let fileExists = Code(.fileExists)
         /// Reading or writing a local file failed (permissions, no space left, a missing folder).
         public static let fileSystem = Code(.fileSystem)
+        /// The file is larger than the configured maximum file size.
+        public static let fileTooLarge = Code(.fileTooLarge)
+        /// A redirect was not followed: to a scheme other than http and https, or from https to http.
+        public static let redirectRefused = Code(.redirectRefused)
+        /// More redirects than the configured maximum, or a redirect loop.
+        public static let tooManyRedirects = Code(.tooManyRedirects)
         /// The transfer was cancelled.
         public static let cancelled = Code(.cancelled)
 
@@ -69,6 +78,8 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
     public var httpStatus: Int?
     /// The lower-level error that caused this one, if any.
     public var underlying: (any Error)?
+    /// How long the server asked us to wait (`Retry-After`), if it did.
+    public var retryAfter: Duration?
 
     /// Creates an error.
     public init(_ code: Code, _ message: String, httpStatus: Int? = nil, underlying: (any Error)? = nil) {

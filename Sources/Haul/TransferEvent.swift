@@ -14,6 +14,8 @@ public struct TransferEvent: Sendable {
         case paused
         /// A paused transfer was resumed and waits for a slot.
         case resumed
+        /// An attempt failed transiently; the next starts after `delay`.
+        case retrying(attempt: Int, delay: Duration, error: HaulError)
         /// The partial file could not be continued and the download starts again from zero; says why.
         case restarted(reason: String)
         /// The transfer finished with this result.

@@ -23,12 +23,26 @@ extension TransferManager {
         /// dead connection that never closes.
         public var idleTimeout: Duration = .seconds(60)
         /// How many redirects one request may follow. Default 10, as curl's `--max-redirs` default is 50 and
-        /// browsers stop near 20: 10 covers every CDN chain seen in practice.
+        /// browsers stop near 20: 10 covers every CDN chain seen in practice. Only http and https targets are
+        /// followed; a loop fails at once.
         public var maximumRedirects: Int = 10
         /// Whether files are forced to stable storage (`fsync`) before they are published. Default `false`: a killed
         /// process loses nothing either way (the kernel keeps written pages); only a power loss does, and `fsync`
         /// per file costs much on batches of small files.
         public var synchronizesFiles: Bool = false
+        /// When failed transfers are tried again; see ``RetryPolicy`` for the defaults and their reasons.
+        public var retryPolicy = RetryPolicy()
+        /// The largest file accepted, in bytes; a larger one fails with ``HaulError/Code/fileTooLarge`` before or
+        /// while it downloads. Default `nil`: no limit, as curl and wget have none by default.
+        public var maximumFileSize: Int64? = nil
+        /// Request headers (lower-case names) that never follow a redirect to another origin (scheme, host, port).
+        /// Default: `authorization`, `cookie`, `proxy-authorization`, as browsers and curl drop them.
+        public var secretHeaderNames: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+        /// Hosts (lower-case) that secret headers may follow redirects to. Default: none.
+        public var trustedRedirectHosts: Set<String> = []
+        /// Whether a redirect from https to http is followed. Default `false`: a downgrade would expose the request
+        /// and the file to the network.
+        public var allowsInsecureRedirects: Bool = false
         /// The `User-Agent` sent with every request, unless a request's headers set one.
         public var userAgent: String = "Haul/0.1"
 

@@ -27,6 +27,7 @@ extension TransferManager {
             case .waiting: .waiting
             case .running(intent: .pause): .paused
             case .running: .running
+            case .backingOff: .waitingToRetry
             case .paused: .paused
             case .finished(let state): state
             }
@@ -57,6 +58,14 @@ extension TransferManager {
         var isSealed = true
 
         var isFinished: Bool { self.report != nil }
+    }
+
+    /// A transfer waiting to be retried: the driver waits for `delay` or until `signal` fires.
+    struct RetryWait: Sendable {
+        var delay: Duration
+        var signal: StopSignal
+        /// The host held for the wait, because the server sent `Retry-After`.
+        var heldHost: String?
     }
 
     /// What must happen after the lock is released: it calls out to code that may take the lock again.
@@ -200,11 +209,13 @@ extension TransferManager {
                 conflictPolicy: record.conflictPolicy, expectedByteCount: record.request.expectedByteCount,
                 checksum: record.request.checksum, computesSHA256: record.request.computesSHA256,
                 validator: record.validator, synchronizesFiles: self.configuration.synchronizesFiles,
-                progressInterval: self.configuration.progressInterval)
+                progressInterval: self.configuration.progressInterval, maximumFileSize: self.configuration.maximumFileSize)
             return (plan, signal)
         }
 
-        mutating func attemptEnded(_ id: TransferID, outcome: Download.AttemptOutcome, aftermath: inout Aftermath) {
+        /// A running attempt ended; returns the wait the driver must do before ``retryWaitEnded(_:_:aftermath:)``
+        /// when the transfer will be retried.
+        mutating func attemptEnded(_ id: TransferID, outcome: Download.AttemptOutcome, aftermath: inout Aftermath) -> RetryWait? {
             let now = ContinuousClock.now
             let machineOutcome: Download.StateMachine.Outcome? =
                 switch outcome {
@@ -213,8 +224,24 @@ extension TransferManager {
                 case .skipped: .skipped
                 case .stopped: nil
                 }
-            let action = self.transfers[id]!.machine.attemptEnded(machineOutcome)
+            var retryDelay: Duration?
+            if case .failed(let error) = outcome {
+                retryDelay = self.configuration.retryPolicy.delay(
+                    afterAttempt: self.transfers[id]!.machine.attempts, failingWith: error,
+                    retryAfter: error.retryAfter, random: .random(in: 0...1))
+            }
+            let action = self.transfers[id]!.machine.attemptEnded(machineOutcome, retryDelay: retryDelay)
             self.transfers[id]!.stopSignal = nil
+            if case .scheduleRetry(let delay) = action, case .failed(let error) = outcome {
+                let host = self.transfers[id]!.host
+                let signal = StopSignal()
+                self.transfers[id]!.stopSignal = signal
+                // Retry-After speaks for the whole host: hold it before the freed slot goes to another transfer.
+                if error.retryAfter != nil { self.scheduler.hold(host) }
+                self.emit(id, .retrying(attempt: self.transfers[id]!.machine.attempts, delay: delay, error: error))
+                self.start(self.scheduler.runningEnded(id))
+                return RetryWait(delay: delay, signal: signal, heldHost: error.retryAfter != nil ? host : nil)
+            }
             let nextStarts = self.scheduler.runningEnded(id)
             let result: TransferResult =
                 switch outcome {
@@ -225,6 +252,15 @@ extension TransferManager {
                 }
             self.apply(action, to: id, result: result, at: now, aftermath: &aftermath)
             self.start(nextStarts)
+            return nil
+        }
+
+        /// The wait before a retry ended (its delay passed, or a pause or cancel cut it short).
+        mutating func retryWaitEnded(_ id: TransferID, _ wait: RetryWait, aftermath: inout Aftermath) {
+            if let host = wait.heldHost { self.start(self.scheduler.release(host)) }
+            guard self.transfers[id] != nil else { return }
+            let action = self.transfers[id]!.machine.retryDue()
+            self.apply(action, to: id, result: nil, at: .now, aftermath: &aftermath)
         }
 
         // MARK: Control
@@ -286,6 +322,14 @@ extension TransferManager {
                 self.emit(id, .paused)
             case .enqueue:
                 self.start(self.scheduler.enqueue(id, host: self.transfers[id]!.host))
+            case .scheduleRetry:
+                preconditionFailure("A retry is scheduled only when an attempt ends")
+            case .stopRetryWaitAndReportPaused:
+                self.transfers[id]!.stopSignal?.fire()
+                self.emit(id, .paused)
+            case .stopRetryWaitAndFinish(let outcome):
+                self.transfers[id]!.stopSignal?.fire()
+                self.apply(.finish(outcome, removePartialFile: true, dequeue: false), to: id, result: result, at: now, aftermath: &aftermath)
             case .finish(let outcome, let removePartialFile, let dequeue):
                 if dequeue { self.scheduler.removeWaiting(id) }
                 let record = self.transfers[id]!
@@ -301,7 +345,7 @@ extension TransferManager {
                 id: id, url: record.request.url, headers: [], folder: record.folder,
                 nameComponents: record.nameComponents, usesContentDisposition: false,
                 conflictPolicy: record.conflictPolicy, expectedByteCount: nil, checksum: nil, computesSHA256: false,
-                validator: nil, synchronizesFiles: false, progressInterval: .zero)
+                validator: nil, synchronizesFiles: false, progressInterval: .zero, maximumFileSize: nil)
             return (plan.partPath, ())
         }
 

@@ -22,8 +22,7 @@ public final class TransferManager: Sendable {
 
     private init(configuration: Configuration, client: HTTPClient) {
         self.configuration = configuration
-        self.transport = HTTPTransport(
-            client: client, headDeadline: .nanoseconds((configuration.connectTimeout + configuration.idleTimeout).nanoseconds))
+        self.transport = HTTPTransport(client: client, configuration: configuration)
         let (starts, continuation) = AsyncStream<TransferID>.makeStream()
         self.starts = starts
         self.core = NIOLockedValueBox(Core(configuration: configuration, starts: continuation))
@@ -89,7 +88,9 @@ public final class TransferManager: Sendable {
             if let first { return first }
             return await group.next()!!
         }
-        self.withCore { $0.attemptEnded(id, outcome: outcome, aftermath: &$1) }
+        guard let wait = self.withCore({ $0.attemptEnded(id, outcome: outcome, aftermath: &$1) }) else { return }
+        await wait.signal.wait(upTo: wait.delay)
+        self.withCore { $0.retryWaitEnded(id, wait, aftermath: &$1) }
     }
 
     private func shutDown() {

@@ -2,7 +2,9 @@
 ///
 /// ```
 /// waiting ──▶ running ──▶ completed
-///    ▲  │        │  └────▶ failed
+///    ▲  │     ▲  │  └────▶ failed
+///    │  │     │  ▼
+///    │  │  waitingToRetry (a transient failure; after the back-off delay it queues again)
 ///    │  ▼        ▼
 ///    paused ◀────┘        (any unfinished state) ──cancel──▶ cancelled
 /// waiting ──(conflict policy .skip, file exists)──▶ skipped
@@ -11,7 +13,7 @@
 /// New states can arrive in minor releases (the retry issue adds one), so this is a struct: compare with `==`.
 public struct TransferState: Hashable, Sendable, CustomStringConvertible {
     private enum Base: String, Hashable, Sendable {
-        case waiting, running, paused, completed, failed, cancelled, skipped
+        case waiting, running, waitingToRetry, paused, completed, failed, cancelled, skipped
     }
     private let base: Base
     private init(_ base: Base) { self.base = base }
@@ -20,6 +22,8 @@ public struct TransferState: Hashable, Sendable, CustomStringConvertible {
     public static let waiting = TransferState(.waiting)
     /// A request is in flight: connecting, or receiving the body.
     public static let running = TransferState(.running)
+    /// An attempt failed transiently; the next starts after a delay (see ``RetryPolicy``).
+    public static let waitingToRetry = TransferState(.waitingToRetry)
     /// Paused by the caller; the partial file is kept, and resuming continues from it.
     public static let paused = TransferState(.paused)
     /// The file is complete, verified and in its final place.
@@ -35,10 +39,11 @@ public struct TransferState: Hashable, Sendable, CustomStringConvertible {
     public var isFinished: Bool {
         switch self.base {
         case .completed, .failed, .cancelled, .skipped: true
-        case .waiting, .running, .paused: false
+        case .waiting, .running, .waitingToRetry, .paused: false
         }
     }
 
-    /// The state's name: `waiting`, `running`, `paused`, `completed`, `failed`, `cancelled`, `skipped`.
+    /// The state's name: `waiting`, `running`, `waitingToRetry`, `paused`, `completed`, `failed`, `cancelled`,
+    /// `skipped`.
     public var description: String { self.base.rawValue }
 }

@@ -20,8 +20,28 @@ public final class FaultInjectingServer: Sendable {
         case closeConnection(afterBytes: Int)
         /// Answer with this status and a short text body instead of the resource.
         case status(Int)
+        /// Answer with this status and a `Retry-After` header with this value.
+        case retryAfter(status: Int, value: String)
         /// Ignore `Range` and send the whole body with 200.
         case ignoreRange
+        /// Answer a range request with a `Content-Range` that starts this many bytes off the requested offset.
+        case shiftContentRange(by: Int)
+        /// Answer a range request with 206 but a different ETag (new content, `If-Range` ignored).
+        case changeETag
+        /// Send this many body bytes, then nothing more, keeping the connection open.
+        case stall(afterBytes: Int)
+        /// Answer with a redirect to this location (absolute or relative).
+        case redirect(status: Int, location: String)
+        /// Send the body with chunked encoding and close the connection after this many bytes, before the last chunk.
+        case cutChunkedBody(afterBytes: Int)
+        /// Send the body with chunked encoding, and after this many bytes send nothing more (no last chunk), keeping
+        /// the connection open.
+        case stallChunked(afterBytes: Int)
+        /// Add these response headers (for example `Content-Encoding: gzip`).
+        case addHeaders([String: String])
+        /// Serve these bytes instead of the resource's, under the same validators and length, and close after
+        /// `closeAfterBytes` (a server that changed the file without changing its ETag).
+        case oldBody([UInt8], closeAfterBytes: Int)
     }
 
     /// A file the server serves at a path.
@@ -68,6 +88,8 @@ public final class FaultInjectingServer: Sendable {
         public var headers: [String: String]
         /// The `Range` header, if sent.
         public var range: String? { self.headers["range"] }
+        /// When the request arrived.
+        public var receivedAt: ContinuousClock.Instant
         /// The `If-Range` header, if sent.
         public var ifRange: String? { self.headers["if-range"] }
     }
@@ -215,7 +237,8 @@ public final class FaultInjectingServer: Sendable {
             var headers: [String: String] = [:]
             for (name, value) in head.headers { headers[name.lowercased()] = value }
             let (resource, fault): (Resource?, Fault?) = self.state.withLockedValue { state in
-                state.requests.append(RecordedRequest(method: head.method.rawValue, path: path, headers: headers))
+                state.requests.append(
+                    RecordedRequest(method: head.method.rawValue, path: path, headers: headers, receivedAt: .now))
                 state.inFlight += 1
                 state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
                 let count = state.requestCounts[path, default: 0]
@@ -226,14 +249,25 @@ public final class FaultInjectingServer: Sendable {
             }
             self.responding = true
 
-            guard let resource else {
+            guard var resource else {
                 self.sendText(status: .notFound, "not found\n", context: context)
                 return
             }
-            if case .status(let code) = fault {
+            switch fault {
+            case .status(let code):
                 self.sendText(status: HTTPResponseStatus(statusCode: code), "injected status \(code)\n", context: context)
                 return
+            case .retryAfter(let code, let value):
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code), "slow down\n", headers: ["Retry-After": value], context: context)
+                return
+            case .redirect(let code, let location):
+                self.sendText(status: HTTPResponseStatus(statusCode: code), "", headers: ["Location": location], context: context)
+                return
+            default:
+                break
             }
+            if case .oldBody(let bytes, _) = fault { resource.body = bytes }
             let total = resource.body.count
             var start = 0
             var status = HTTPResponseStatus.ok
@@ -244,8 +278,17 @@ public final class FaultInjectingServer: Sendable {
                 responseHeaders.add(name: "Content-Disposition", value: disposition)
             }
             responseHeaders.add(name: "Accept-Ranges", value: "bytes")
+            responseHeaders.add(name: "Date", value: Self.httpDate(Date()))
+            if case .addHeaders(let extra) = fault {
+                for (name, value) in extra { responseHeaders.add(name: name, value: value) }
+            }
+            if fault == .changeETag {
+                responseHeaders.replaceOrAdd(name: "ETag", value: "\"changed-\(resource.body.count)\"")
+            }
+            let ignoresIfRange = fault == .changeETag || fault.map { if case .shiftContentRange = $0 { true } else { false } } == true
             if fault != .ignoreRange, let range = headers["range"], let first = Self.rangeStart(range) {
-                let ifRangeMatches = headers["if-range"].map { $0 == resource.etag || $0 == resource.lastModified } ?? true
+                let ifRangeMatches =
+                    ignoresIfRange || (headers["if-range"].map { $0 == resource.etag || $0 == resource.lastModified } ?? true)
                 if ifRangeMatches {
                     if first >= total {
                         responseHeaders.add(name: "Content-Range", value: "bytes */\(total)")
@@ -254,13 +297,37 @@ public final class FaultInjectingServer: Sendable {
                     }
                     start = first
                     status = .partialContent
-                    responseHeaders.add(name: "Content-Range", value: "bytes \(first)-\(total - 1)/\(total)")
+                    var announced = first
+                    if case .shiftContentRange(let shift) = fault { announced = max(0, min(total - 1, first + shift)) }
+                    responseHeaders.add(name: "Content-Range", value: "bytes \(announced)-\(total - 1)/\(total)")
                 }
             }
-            responseHeaders.add(name: "Content-Length", value: String(total - start))
-            context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: responseHeaders))), promise: nil)
             var closeAfter: Int?
-            if case .closeConnection(let afterBytes) = fault { closeAfter = afterBytes }
+            var stallAfter: Int?
+            switch fault {
+            case .closeConnection(let afterBytes), .oldBody(_, let afterBytes):
+                closeAfter = afterBytes
+                responseHeaders.add(name: "Content-Length", value: String(total - start))
+            case .cutChunkedBody(let afterBytes):
+                closeAfter = afterBytes
+                responseHeaders.add(name: "Transfer-Encoding", value: "chunked")
+            case .stall(let afterBytes):
+                stallAfter = afterBytes
+                responseHeaders.add(name: "Content-Length", value: String(total - start))
+            case .stallChunked(let afterBytes):
+                stallAfter = afterBytes
+                responseHeaders.add(name: "Transfer-Encoding", value: "chunked")
+            default:
+                responseHeaders.add(name: "Content-Length", value: String(total - start))
+            }
+            context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: responseHeaders))), promise: nil)
+            if let stallAfter {
+                let end = min(total, start + stallAfter)
+                let buffer = context.channel.allocator.buffer(bytes: resource.body[start..<end])
+                context.writeAndFlush(self.wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+                self.state.withLockedValue { $0.servedBodyBytes += end - start }
+                return  // Nothing more until the client gives up.
+            }
             self.writeBody(resource, from: start, sent: 0, closeAfter: closeAfter, context: context)
         }
 
@@ -274,9 +341,16 @@ public final class FaultInjectingServer: Sendable {
                 self.state.withLockedValue { $0.servedBodyBytes += end - offset }
             }
             let sentNow = sent + (end - offset)
-            if let closeAfter, sentNow >= closeAfter, end < resource.body.count {
+            if let closeAfter, sentNow >= closeAfter, end < resource.body.count || resource.chunkDelay != nil {
                 context.flush()
-                context.close(promise: nil)
+                if let delay = resource.chunkDelay {
+                    // Let the client read what was sent before it sees the connection close.
+                    context.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(delay.nanosecondsValue)) {
+                        context.close(promise: nil)
+                    }
+                } else {
+                    context.close(promise: nil)
+                }
                 return
             }
             if end >= resource.body.count {
@@ -286,12 +360,18 @@ public final class FaultInjectingServer: Sendable {
             if let delay = resource.chunkDelay {
                 context.flush()
                 let loop = context.eventLoop.assumeIsolated()
-                loop.scheduleTask(in: .nanoseconds(Int64(delay.components.seconds) * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000)) {
+                loop.scheduleTask(in: .nanoseconds(delay.nanosecondsValue)) {
                     self.writeBody(resource, from: end, sent: sentNow, closeAfter: closeAfter, context: context)
                 }
             } else {
                 self.writeBody(resource, from: end, sent: sentNow, closeAfter: closeAfter, context: context)
             }
+        }
+
+        private func sendText(status: HTTPResponseStatus, _ text: String, headers: [String: String], context: ChannelHandlerContext) {
+            var httpHeaders = HTTPHeaders()
+            for (name, value) in headers { httpHeaders.add(name: name, value: value) }
+            self.sendText(status: status, text, headers: httpHeaders, context: context)
         }
 
         private func sendText(status: HTTPResponseStatus, _ text: String, headers: HTTPHeaders = HTTPHeaders(), context: ChannelHandlerContext) {
@@ -312,6 +392,14 @@ public final class FaultInjectingServer: Sendable {
             context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
         }
 
+        static func httpDate(_ date: Date) -> String {
+            let formatter = DateFormatter()
+            formatter.locale = Locale(identifier: "en_US_POSIX")
+            formatter.timeZone = TimeZone(identifier: "GMT")
+            formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+            return formatter.string(from: date)
+        }
+
         /// The first byte of `bytes=N-` or `bytes=N-M` (M is ignored: the server sends to the end).
         static func rangeStart(_ header: String) -> Int? {
             guard header.hasPrefix("bytes="), !header.contains(",") else { return nil }
@@ -319,5 +407,11 @@ public final class FaultInjectingServer: Sendable {
             guard let dash = spec.firstIndex(of: "-") else { return nil }
             return Int(spec[..<dash])
         }
+    }
+}
+
+extension Duration {
+    var nanosecondsValue: Int64 {
+        Int64(self.components.seconds) * 1_000_000_000 + self.components.attoseconds / 1_000_000_000
     }
 }

@@ -6,8 +6,10 @@ import Testing
 @Suite("Pausing, resuming, cancelling and joining transfers", .timeLimit(.minutes(2)))
 struct TransferControlTests {
     static let slowBody = FaultInjectingServer.body(size: 400_000, seed: 42)
+    /// A resource whose first response sends 60,000 bytes and then nothing until the client gives up, so a test
+    /// can pause or cancel it mid-body however slow the machine is; later requests are answered in full.
     static func slowResource() -> FaultInjectingServer.Resource {
-        .init(body: slowBody, chunkSize: 10_000, chunkDelay: .milliseconds(10))
+        .init(body: slowBody, chunkSize: 10_000, chunkDelay: .milliseconds(5), faults: [.stall(afterBytes: 60_000)])
     }
 
     @Test func aPausedTransferContinuesFromItsPartialFileWithAValidatedRange() async throws {
@@ -51,7 +53,7 @@ struct TransferControlTests {
                 let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 2)) { manager in
                     let batch = try manager.enqueue((0..<4).map { TransferRequest(url: server.url("/f\($0)"), into: folder) })
                     _ = await batch.firstEvent { event in
-                        if case .progressed(let p) = event, p.transferredBytes > 100_000 { return true }
+                        if case .progressed(let p) = event, p.transferredBytes >= 120_000 { return true }
                         return false
                     }
                     batch.pause()
@@ -115,7 +117,8 @@ struct TransferControlTests {
     }
 
     @Test func theSameURLToTheSameFolderJoinsTheRunningTransfer() async throws {
-        try await FaultInjectingServer.withServer(resources: ["/big": Self.slowResource()]) { server in
+        let paced = FaultInjectingServer.Resource(body: Self.slowBody, chunkSize: 10_000, chunkDelay: .milliseconds(5))
+        try await FaultInjectingServer.withServer(resources: ["/big": paced]) { server in
             try await withTemporaryDirectory { folder in
                 let (first, second) = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
                     let a = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))

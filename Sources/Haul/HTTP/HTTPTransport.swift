@@ -9,13 +9,27 @@ struct HTTPTransport: Sendable {
     let client: HTTPClient
     /// How long a request may take until its response head arrives (connect, send, wait).
     let headDeadline: TimeAmount
+    let maximumRedirects: Int
+    let secretHeaderNames: Set<String>
+    let trustedRedirectHosts: Set<String>
+    let allowsInsecureRedirects: Bool
+
+    init(client: HTTPClient, configuration: TransferManager.Configuration) {
+        self.client = client
+        self.headDeadline = .nanoseconds((configuration.connectTimeout + configuration.idleTimeout).nanoseconds)
+        self.maximumRedirects = configuration.maximumRedirects
+        self.secretHeaderNames = Set(configuration.secretHeaderNames.map { $0.lowercased() })
+        self.trustedRedirectHosts = Set(configuration.trustedRedirectHosts.map { $0.lowercased() })
+        self.allowsInsecureRedirects = configuration.allowsInsecureRedirects
+    }
 
     /// Makes the shared client for a manager's configuration: HTTP/1.1 (faster than HTTP/2 for bulk data here),
     /// no decompression (files are stored as sent), the idle timeout as the read timeout (it catches stalled
-    /// bodies, which a request deadline does not), and no silent connection retries (Haul decides about retries).
+    /// bodies, which a request deadline does not), no silent connection retries (Haul decides about retries), and
+    /// no redirects (Haul follows them itself, to decide which headers may follow).
     static func makeClient(_ configuration: TransferManager.Configuration) -> HTTPClient {
         var clientConfiguration = HTTPClient.Configuration(
-            redirectConfiguration: .follow(max: configuration.maximumRedirects, allowCycles: false),
+            redirectConfiguration: .disallow,
             timeout: .init(
                 connect: .nanoseconds(configuration.connectTimeout.nanoseconds),
                 read: .nanoseconds(configuration.idleTimeout.nanoseconds)),
@@ -28,22 +42,81 @@ struct HTTPTransport: Sendable {
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
     }
 
-    /// Sends a GET and returns the response once its head has arrived.
+    /// Sends a GET, follows redirects, and returns the final response once its head has arrived.
+    ///
+    /// Redirects (301, 302, 303, 307, 308 with a `Location`) are followed up to ``maximumRedirects``; a loop fails at
+    /// once. Only http and https targets are followed, and https to http only when allowed. Once a redirect leaves the
+    /// origin (scheme, host and port) for a host that is not trusted, the secret headers are dropped for the rest of
+    /// the chain.
     func get(_ url: URL, headers: [(name: String, value: String)]) async throws -> HTTPClientResponse {
+        try Self.checkScheme(of: url, redirected: false)
+        var current = url
+        var headers = headers
+        var visited: Set<String> = [url.absoluteString]
+        var redirects = 0
+        while true {
+            var request = HTTPClientRequest(url: current.absoluteString)
+            request.method = .GET
+            for (name, value) in headers { request.headers.add(name: name, value: value) }
+            let response: HTTPClientResponse
+            do {
+                response = try await self.client.execute(request, deadline: .now() + self.headDeadline)
+            } catch {
+                throw Self.haulError(for: error, url: current, receivedBody: false)
+            }
+            guard [301, 302, 303, 307, 308].contains(response.status.code),
+                let location = response.headers.first(name: "location")
+            else { return response }
+
+            let hop = try self.nextHop(
+                from: current, location: location, status: Int(response.status.code), redirects: redirects, visited: &visited)
+            if hop.dropsSecrets { headers.removeAll { self.secretHeaderNames.contains($0.name.lowercased()) } }
+            let target = hop.target
+            redirects += 1
+            current = target
+        }
+    }
+
+    /// Where a redirect leads, and whether the secret headers must be dropped on the way; throws when it must not
+    /// be followed. Pure but for `visited`, which it extends.
+    func nextHop(
+        from current: URL, location: String, status: Int, redirects: Int, visited: inout Set<String>
+    ) throws -> (target: URL, dropsSecrets: Bool) {
+        guard redirects < self.maximumRedirects else {
+            throw HaulError(.tooManyRedirects, "More than \(self.maximumRedirects) redirects", httpStatus: status)
+        }
+        guard let target = URL(string: location, relativeTo: current)?.absoluteURL else {
+            throw HaulError(.redirectRefused, "The server redirected to an invalid URL: \(location)", httpStatus: status)
+        }
+        try Self.checkScheme(of: target, redirected: true)
+        if current.scheme?.lowercased() == "https", target.scheme?.lowercased() == "http", !self.allowsInsecureRedirects {
+            throw HaulError(.redirectRefused, "Refused a redirect from https to http (\(target.absoluteString))", httpStatus: status)
+        }
+        guard visited.insert(target.absoluteString).inserted else {
+            throw HaulError(.tooManyRedirects, "A redirect loop at \(target.absoluteString)", httpStatus: status)
+        }
+        let dropsSecrets = !Self.sameOrigin(current, target) && !self.trustedRedirectHosts.contains(target.host?.lowercased() ?? "")
+        return (target, dropsSecrets)
+    }
+
+    private static func checkScheme(of url: URL, redirected: Bool) throws {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
-            throw HaulError(.invalidRequest, "Only http and https URLs can be downloaded: \(url.absoluteString)")
+            throw HaulError(
+                redirected ? .redirectRefused : .invalidRequest,
+                "Only http and https URLs can be downloaded: \(url.absoluteString)")
         }
         guard let host = url.host, !host.isEmpty else {
             throw HaulError(.invalidRequest, "The URL has no host: \(url.absoluteString)")
         }
-        var request = HTTPClientRequest(url: url.absoluteString)
-        request.method = .GET
-        for (name, value) in headers { request.headers.add(name: name, value: value) }
-        do {
-            return try await self.client.execute(request, deadline: .now() + self.headDeadline)
-        } catch {
-            throw Self.haulError(for: error, url: url, receivedBody: false)
+    }
+
+    /// Whether two URLs share scheme, host and port (RFC 6454), with default ports filled in.
+    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
+        func origin(_ url: URL) -> String {
+            let scheme = url.scheme?.lowercased() ?? ""
+            return "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
         }
+        return origin(a) == origin(b)
     }
 
     /// The Haul error for an error thrown by the client or by a body iteration.
@@ -60,8 +133,6 @@ struct HTTPTransport: Sendable {
                 return HaulError(
                     receivedBody ? .incompleteBody : .connectionFailed,
                     "The server closed the connection before the end of the response", underlying: error)
-            case .redirectLimitReached, .redirectCycleDetected:
-                return HaulError(.invalidRequest, "Too many redirects, or a redirect loop", underlying: error)
             case .invalidURL, .emptyHost, .emptyScheme:
                 return HaulError(.invalidRequest, "Not a URL Haul can download: \(url.absoluteString)", underlying: error)
             default:

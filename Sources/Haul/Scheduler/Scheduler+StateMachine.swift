@@ -24,6 +24,8 @@ extension Scheduler {
         private var waiting: [TransferID: (host: String, sequence: Int)] = [:]
         private var runningPerHost: [String: Int] = [:]
         private var running: [TransferID: String] = [:]
+        /// Hosts that asked us to wait (`Retry-After`), with how many holds are on each.
+        private var holds: [String: Int] = [:]
         private var nextSequence = 0
 
         init(maximumConcurrent: Int, maximumPerHost: Int) {
@@ -62,6 +64,21 @@ extension Scheduler {
             return self.startable()
         }
 
+        /// A host asked us to wait: nothing new starts against it until the hold is released.
+        mutating func hold(_ host: String) {
+            self.holds[host, default: 0] += 1
+        }
+
+        /// A hold on a host has passed; returns the transfers to start now.
+        mutating func release(_ host: String) -> [TransferID] {
+            guard let count = self.holds[host] else { return [] }
+            self.holds[host] = count > 1 ? count - 1 : nil
+            return self.startable()
+        }
+
+        /// Whether a host is held.
+        func isHeld(_ host: String) -> Bool { self.holds[host] != nil }
+
         /// Changes the limits; returns the transfers that may start now that more are allowed.
         mutating func setLimits(maximumConcurrent: Int, maximumPerHost: Int) -> [TransferID] {
             precondition(maximumConcurrent > 0 && maximumPerHost > 0, "Concurrency limits must be positive")
@@ -76,7 +93,9 @@ extension Scheduler {
             while self.running.count < self.maximumConcurrent {
                 var best: (host: String, entry: Entry)?
                 for host in Array(self.queues.keys) {
-                    guard self.runningPerHost[host, default: 0] < self.maximumPerHost else { continue }
+                    guard self.runningPerHost[host, default: 0] < self.maximumPerHost, self.holds[host] == nil else {
+                        continue
+                    }
                     guard let head = self.liveHead(of: host) else { continue }
                     if best == nil || head.sequence < best!.entry.sequence { best = (host, head) }
                 }

@@ -33,6 +33,8 @@ extension Download {
         enum State: Sendable, Equatable {
             case waiting
             case running(intent: Intent?)
+            /// An attempt failed transiently; the next starts after a delay.
+            case backingOff
             case paused
             case finished(TransferState)
         }
@@ -51,6 +53,12 @@ extension Download {
             case enqueue
             /// The transfer has ended: report the result; remove the partial file when asked.
             case finish(Outcome, removePartialFile: Bool, dequeue: Bool)
+            /// Wait, then report ``retryDue()``; report the transfer as retrying.
+            case scheduleRetry(after: Duration)
+            /// Stop waiting for a retry (paused or cancelled during the wait) and report the transfer paused.
+            case stopRetryWaitAndReportPaused
+            /// Stop waiting for a retry, and end as the action says.
+            case stopRetryWaitAndFinish(Outcome)
         }
 
         /// How a transfer ended, as far as the machine knows (the driver holds the payloads).
@@ -59,13 +67,23 @@ extension Download {
         }
 
         private(set) var state: State = .waiting
+        /// Attempts started since the transfer was queued or last resumed by the caller.
+        private(set) var attempts = 0
 
         /// The scheduler chose this transfer to run.
         mutating func started() {
             guard case .waiting = self.state else {
                 preconditionFailure("Started a transfer that was not waiting: \(self.state)")
             }
+            self.attempts += 1
             self.state = .running(intent: nil)
+        }
+
+        /// The delay before a retry has passed.
+        mutating func retryDue() -> Action {
+            guard case .backingOff = self.state else { return .none }  // Paused or cancelled meanwhile.
+            self.state = .waiting
+            return .enqueue
         }
 
         /// The caller asked to pause.
@@ -80,6 +98,9 @@ extension Download {
             case .running(intent: .requeue):
                 self.state = .running(intent: .pause)  // The stop was already asked for.
                 return .none
+            case .backingOff:
+                self.state = .paused
+                return .stopRetryWaitAndReportPaused
             case .running(intent: .pause), .running(intent: .cancel), .paused, .finished:
                 return .none
             }
@@ -90,11 +111,12 @@ extension Download {
             switch self.state {
             case .paused:
                 self.state = .waiting
+                self.attempts = 0
                 return .enqueueAndReportResumed
             case .running(intent: .pause):
                 self.state = .running(intent: .requeue)
                 return .none
-            case .waiting, .running, .finished:
+            case .waiting, .running, .backingOff, .finished:
                 return .none
             }
         }
@@ -113,13 +135,16 @@ extension Download {
             case .running:
                 self.state = .running(intent: .cancel)
                 return .stopAttempt
+            case .backingOff:
+                self.state = .finished(.cancelled)
+                return .stopRetryWaitAndFinish(.cancelled)
             case .finished:
                 return .none
             }
         }
 
-        /// The running attempt ended.
-        mutating func attemptEnded(_ outcome: Outcome?) -> Action {
+        /// The running attempt ended; `retryDelay` is the retry policy's answer for a failure (`nil`: no retry).
+        mutating func attemptEnded(_ outcome: Outcome?, retryDelay: Duration? = nil) -> Action {
             guard case .running(let intent) = self.state else {
                 preconditionFailure("An attempt ended while none was running: \(self.state)")
             }
@@ -131,6 +156,10 @@ extension Download {
                 self.state = .finished(.skipped)
                 return .finish(.skipped, removePartialFile: true, dequeue: false)
             case (.failed, nil):
+                if let retryDelay {
+                    self.state = .backingOff
+                    return .scheduleRetry(after: retryDelay)
+                }
                 self.state = .finished(.failed)
                 return .finish(.failed, removePartialFile: false, dequeue: false)
             case (_, .pause):

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import NIOHTTP1
 
 extension Download {
     /// What the server told us that lets a later request continue the same file (RFC 9110 §13.1.5).
@@ -14,6 +15,26 @@ extension Download {
 
         /// The value for `If-Range`: the strong ETag, else `Last-Modified`; `nil` when neither can be trusted.
         var ifRangeValue: String? { self.etag ?? self.lastModified }
+
+        init(etag: String? = nil, lastModified: String? = nil, completeLength: Int64? = nil) {
+            self.etag = etag
+            self.lastModified = lastModified
+            self.completeLength = completeLength
+        }
+
+        /// The strong validators among a response's headers: an ETag that is not weak (`W/`), and a
+        /// `Last-Modified` only when it is at least one second before the response's `Date` (RFC 9110 §8.8.2.2);
+        /// a weak validator must never go in `If-Range`.
+        init(_ headers: HTTPHeaders) {
+            self.etag = headers.first(name: "etag").flatMap { $0.hasPrefix("W/") ? nil : $0 }
+            if let lastModified = headers.first(name: "last-modified"),
+                let modified = RetryAfter.httpDate(lastModified),
+                let date = headers.first(name: "date").flatMap(RetryAfter.httpDate),
+                date.timeIntervalSince(modified) >= 1
+            {
+                self.lastModified = lastModified
+            }
+        }
     }
 
     /// Everything one attempt needs, taken from the manager's record when the attempt starts.
@@ -35,6 +56,7 @@ extension Download {
         var validator: Validator?
         var synchronizesFiles: Bool
         var progressInterval: Duration
+        var maximumFileSize: Int64?
 
         /// The final path for a name.
         func finalPath(_ components: [String]) -> URL {
@@ -97,9 +119,7 @@ extension Download {
         let response = try await transport.get(plan.url, headers: headers)
         let status = Int(response.status.code)
 
-        var validator = Validator(
-            etag: response.headers.first(name: "etag").flatMap { $0.hasPrefix("W/") ? nil : $0 },
-            lastModified: response.headers.first(name: "last-modified"))
+        var validator = Validator(response.headers)
         var expectedBytes: Int64?
         var completeWithoutBody = false
         switch status {
@@ -140,11 +160,17 @@ extension Download {
                 expectedBytes = length
             }
         default:
-            throw HaulError(
+            var error = HaulError(
                 .httpStatus, "The server answered \(status) \(response.status.reasonPhrase)",
                 httpStatus: status)
+            error.retryAfter = response.headers.first(name: "retry-after").flatMap { RetryAfter.delay($0, now: Date()) }
+            throw error
         }
         validator.completeLength = expectedBytes
+        if let maximum = plan.maximumFileSize, let announced = expectedBytes, announced > maximum {
+            throw HaulError(
+                .fileTooLarge, "The file is \(announced) bytes, more than the maximum of \(maximum)", httpStatus: status)
+        }
         if let expected = plan.expectedByteCount, let announced = expectedBytes, expected != announced {
             throw HaulError(
                 .sizeMismatch, "Expected \(expected) bytes but the server announced \(announced)",
@@ -190,6 +216,10 @@ extension Download {
                     if let expected = expectedBytes, file.size > expected {
                         throw HaulError(.sizeMismatch, "The server sent more than the \(expected) bytes it announced", httpStatus: status)
                     }
+                    if let maximum = plan.maximumFileSize, file.size > maximum {
+                        PartialFile.remove(plan.partPath)
+                        throw HaulError(.fileTooLarge, "The file grew past the maximum of \(maximum) bytes", httpStatus: status)
+                    }
                     let now = clock.now
                     if now - lastReport >= plan.progressInterval {
                         lastReport = now
@@ -208,17 +238,27 @@ extension Download {
             throw HaulError(
                 .incompleteBody, "Received \(byteCount) of \(expected) bytes", httpStatus: status)
         }
-        if let expected = plan.expectedByteCount, byteCount != expected {
-            PartialFile.remove(plan.partPath)
-            throw HaulError(.sizeMismatch, "Expected \(expected) bytes but received \(byteCount)", httpStatus: status)
-        }
         let checksumDigest = checksumDigester?.finalize()
-        if let checksum = plan.checksum, checksumDigest != checksum.hexDigest {
-            PartialFile.remove(plan.partPath)
-            throw HaulError(
+        var verificationError: HaulError?
+        if let expected = plan.expectedByteCount, byteCount != expected {
+            verificationError = HaulError(.sizeMismatch, "Expected \(expected) bytes but received \(byteCount)", httpStatus: status)
+        } else if let checksum = plan.checksum, checksumDigest != checksum.hexDigest {
+            verificationError = HaulError(
                 .checksumMismatch,
                 "The file's \(checksum.algorithm) is \(checksumDigest ?? "?"), expected \(checksum.hexDigest)",
                 httpStatus: status)
+        }
+        if let verificationError {
+            _ = consume file
+            // A resumed file may splice two versions; one fresh download tells whether the source itself is wrong.
+            guard offset > 0 else {
+                PartialFile.remove(plan.partPath)
+                throw verificationError
+            }
+            return try await self.restart(
+                plan, transport: transport, observer: observer, mayRestart: mayRestart,
+                reason: "the resumed file failed verification (\(verificationError.message))",
+                failure: verificationError)
         }
         if plan.synchronizesFiles { try file.synchronize() }
         _ = consume file
@@ -228,11 +268,12 @@ extension Download {
 
     /// Discards the partial file and tries once more from zero, or fails when that was the second try.
     private static func restart(
-        _ plan: Plan, transport: HTTPTransport, observer: some Observer, mayRestart: Bool, reason: String
+        _ plan: Plan, transport: HTTPTransport, observer: some Observer, mayRestart: Bool, reason: String,
+        failure: HaulError? = nil
     ) async throws -> AttemptOutcome {
         PartialFile.remove(plan.partPath)
         guard mayRestart else {
-            throw HaulError(.rangeNotHonored, "The server did not honour the range request: \(reason)")
+            throw failure ?? HaulError(.rangeNotHonored, "The server did not honour the range request: \(reason)")
         }
         observer.restarted(plan.id, reason: reason)
         var fresh = plan

@@ -38,4 +38,14 @@ final class StopSignal: Sendable {
             self.fire()
         }
     }
+
+    /// Returns when the signal fires or `delay` has passed, whichever comes first.
+    func wait(upTo delay: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: delay) }
+            group.addTask { await self.wait() }
+            await group.next()
+            group.cancelAll()
+        }
+    }
 }

@@ -36,6 +36,8 @@ struct EventRenderer {
                     return ["started   \(transfer.url.absoluteString)" + (offset > 0 ? " (resuming at \(Formatting.bytes(offset)))" : "")]
                 case .restarted(let reason):
                     return ["restarted \(transfer.url.absoluteString): \(reason)"]
+                case .retrying(let attempt, let delay, let error):
+                    return ["retrying  \(transfer.url.absoluteString) in \(Formatting.duration(delay)) (attempt \(attempt) failed: \(error.message))"]
                 case .finished(.completed(let file)):
                     return ["completed \(file.path.path) (\(Formatting.bytes(file.byteCount)))"]
                 case .finished(.failed(let error)):
@@ -110,6 +112,9 @@ struct JSONEvent: Encodable {
     var path: String?
     var sha256: String?
     var reason: String?
+    var attempt: Int?
+    /// Seconds before the next attempt.
+    var delay: Double?
     var error: ErrorBody?
     var files: Int?
     var completed: Int?
@@ -142,6 +147,12 @@ struct JSONEvent: Encodable {
             case .restarted(let reason):
                 json.event = "restarted"
                 json.reason = reason
+            case .retrying(let attempt, let delay, let error):
+                json.event = "retrying"
+                json.attempt = attempt
+                json.delay = delay.secondsValue
+                json.reason = error.message
+                json.error = ErrorBody(code: error.code.description, message: error.message, status: error.httpStatus)
             case .finished(.completed(let file)):
                 json.event = "completed"
                 json.path = file.path.path
@@ -175,5 +186,12 @@ struct JSONEvent: Encodable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return String(decoding: (try? encoder.encode(self)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+}
+
+extension Duration {
+    /// The duration in seconds.
+    var secondsValue: Double {
+        Double(self.components.seconds) + Double(self.components.attoseconds) / 1e18
     }
 }

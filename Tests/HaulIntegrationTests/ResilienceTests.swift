@@ -1,0 +1,320 @@
+import Foundation
+import Haul
+import HaulTesting
+import Testing
+
+extension TransferManager.Configuration {
+    /// The test configuration with retries that back off in milliseconds.
+    static func retrying(attempts: Int = 5, idleTimeout: Duration = .seconds(10)) -> Self {
+        var configuration = Self.testing()
+        configuration.retryPolicy.maximumAttempts = attempts
+        configuration.retryPolicy.baseDelay = .milliseconds(10)
+        configuration.retryPolicy.maximumDelay = .milliseconds(50)
+        configuration.idleTimeout = idleTimeout
+        return configuration
+    }
+}
+
+@Suite("Surviving failures", .timeLimit(.minutes(2)))
+struct ResilienceTests {
+    static let body = FaultInjectingServer.body(size: 300_000, seed: 11)
+
+    /// A resource whose chunks arrive apart, so that every byte sent before a fault reaches the client.
+    static func paced(_ faults: [FaultInjectingServer.Fault?], body: [UInt8] = Self.body) -> FaultInjectingServer.Resource {
+        .init(body: body, chunkSize: 20_000, chunkDelay: .milliseconds(5), faults: faults)
+    }
+
+    /// Downloads one resource and returns the report, the server's requests and the events.
+    func fetch(
+        _ resource: FaultInjectingServer.Resource, configuration: TransferManager.Configuration = .retrying(),
+        headers: [(name: String, value: String)] = [], checksum: Checksum? = nil
+    ) async throws -> (report: BatchReport, requests: [FaultInjectingServer.RecordedRequest], events: [TransferEvent.Kind], folder: [String], file: [UInt8]?) {
+        try await FaultInjectingServer.withServer(resources: ["/file": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                let (report, events) = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    let batch = try manager.enqueue(
+                        TransferRequest(url: server.url("/file"), destination: .folder(folder), checksum: checksum, headers: headers))
+                    var events: [TransferEvent.Kind] = []
+                    for await event in batch.events {
+                        if case .transfer(let transfer) = event { events.append(transfer.kind) }
+                    }
+                    return (await batch.report(), events)
+                }
+                return (report, server.requests, events, names(in: folder), contents(of: folder.appending(path: "file")))
+            }
+        }
+    }
+
+    /// The offset of a `Range: bytes=N-` request, if it is one.
+    func offset(_ request: FaultInjectingServer.RecordedRequest) -> Int? {
+        request.range.flatMap { Int($0.dropFirst("bytes=".count).dropLast()) }
+    }
+
+    /// Whether requests are a first full request, then a resume at an offset in `1...limit` (the bytes the client
+    /// had read when the connection dropped; how many depends on timing), then, if given, full requests.
+    func resumed(_ requests: [FaultInjectingServer.RecordedRequest], atMost limit: Int, thenFull: Int = 0) -> Bool {
+        guard requests.count == 2 + thenFull, requests[0].range == nil, let offset = self.offset(requests[1]) else {
+            return false
+        }
+        return (1...limit).contains(offset) && requests.dropFirst(2).allSatisfy { $0.range == nil }
+    }
+
+    func restarts(_ events: [TransferEvent.Kind]) -> [String] {
+        events.compactMap { if case .restarted(let reason) = $0 { reason } else { nil } }
+    }
+
+    // MARK: Retries
+
+    @Test func retriesTransientStatusesAndCompletes() async throws {
+        let result = try await self.fetch(.init(body: Self.body, faults: [.status(503), .status(500), .status(429)]))
+        #expect(result.report.completed.count == 1)
+        #expect(result.requests.count == 4)
+        #expect(result.file == Self.body)
+        let retries = result.events.filter { if case .retrying = $0 { true } else { false } }
+        #expect(retries.count == 3)
+    }
+
+    @Test func doesNotRetryAPermanentStatus() async throws {
+        let result = try await self.fetch(.init(body: Self.body, faults: [.status(403)]))
+        #expect(result.report.failed.first?.error.httpStatus == 403)
+        #expect(result.requests.count == 1)
+    }
+
+    @Test func givesUpAfterTheMaximumNumberOfAttempts() async throws {
+        let result = try await self.fetch(
+            .init(body: Self.body, faults: Array(repeating: .status(502), count: 10)), configuration: .retrying(attempts: 3))
+        #expect(result.report.failed.first?.error.httpStatus == 502)
+        #expect(result.requests.count == 3)
+    }
+
+    @Test func honoursRetryAfterForEveryTransferToThatHost() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/a": .init(body: [1], faults: [.retryAfter(status: 503, value: "1")]),
+            "/b": .init(body: [2]),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                var configuration = TransferManager.Configuration.retrying()
+                configuration.maximumConcurrentTransfers = 1
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.download([server.url("/a"), server.url("/b")], into: folder)
+                }
+                #expect(report.completed.count == 2)
+                let requests = server.requests
+                #expect(requests.map(\.path) == ["/a", "/b", "/a"] || requests.map(\.path) == ["/a", "/a", "/b"])
+                let second = try #require(requests.dropFirst().first)
+                #expect(second.receivedAt - requests[0].receivedAt >= .milliseconds(950), "the host was left alone for Retry-After")
+            }
+        }
+    }
+
+    @Test func capsALongRetryAfter() async throws {
+        var configuration = TransferManager.Configuration.retrying()
+        configuration.retryPolicy.maximumRetryAfter = .milliseconds(200)
+        let result = try await self.fetch(
+            .init(body: Self.body, faults: [.retryAfter(status: 429, value: "Wed, 21 Oct 2099 07:28:00 GMT")]),
+            configuration: configuration)
+        #expect(result.report.completed.count == 1)
+        #expect(result.requests[1].receivedAt - result.requests[0].receivedAt >= .milliseconds(190))
+    }
+
+    @Test func retriesARefusedConnection() async throws {
+        let port = try await FaultInjectingServer.refusingPort()
+        try await withTemporaryDirectory { folder in
+            let report = try await TransferManager.withTransferManager(configuration: .retrying(attempts: 2)) { manager in
+                let batch = try manager.enqueue(TransferRequest(url: URL(string: "http://127.0.0.1:\(port)/x")!, into: folder))
+                var retried = false
+                for await event in batch.events {
+                    if case .transfer(let transfer) = event, case .retrying = transfer.kind { retried = true }
+                }
+                #expect(retried)
+                return await batch.report()
+            }
+            #expect(report.failed.first?.error.code == .connectionFailed)
+        }
+    }
+
+    // MARK: Resuming
+
+    @Test func resumesWithAValidatedRangeAfterTheConnectionDrops() async throws {
+        let resource = Self.paced([.closeConnection(afterBytes: 100_000)])
+        let result = try await self.fetch(resource)
+        #expect(result.file == Self.body)
+        #expect(self.resumed(result.requests, atMost: 100_000), "\(result.requests.map(\.range))")
+        #expect(result.requests[1].ifRange == resource.etag)
+        #expect(result.requests.allSatisfy { $0.headers["accept-encoding"] == "identity" })
+        #expect(result.folder == ["file"])
+    }
+
+    @Test func restartsFromZeroWhenTheServerAnswersARangeWithTheWholeFile() async throws {
+        let result = try await self.fetch(Self.paced([.closeConnection(afterBytes: 100_000), .ignoreRange]))
+        #expect(result.file == Self.body)
+        #expect(result.requests.count == 2)
+        #expect(self.restarts(result.events).count == 1)
+    }
+
+    @Test func restartsWhenTheContentRangeDoesNotStartAtTheOffset() async throws {
+        for shift in [-10, 10] {
+            let result = try await self.fetch(
+                Self.paced([.closeConnection(afterBytes: 100_000), .shiftContentRange(by: shift)]))
+            #expect(result.file == Self.body)
+            #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
+            #expect(self.restarts(result.events).first?.contains("Content-Range") == true)
+        }
+    }
+
+    @Test func restartsWhenTheETagChangedInsteadOfSplicingTwoVersions() async throws {
+        let result = try await self.fetch(Self.paced([.closeConnection(afterBytes: 100_000), .changeETag]))
+        #expect(result.file == Self.body)
+        #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
+    }
+
+    @Test func restartsOnceFromZeroWhenAResumedFileFailsItsChecksum() async throws {
+        let old = FaultInjectingServer.body(size: Self.body.count, seed: 999)
+        let checksum = Checksum(algorithm: .sha256, hexDigest: sha256Hex(Self.body))
+        let result = try await self.fetch(
+            Self.paced([.oldBody(old, closeAfterBytes: 100_000)]), checksum: checksum)
+        #expect(result.file == Self.body)
+        #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
+        #expect(result.report.completed.first?.file.sha256 == checksum?.hexDigest)
+    }
+
+    @Test func neverSendsAWeakETagInIfRange() async throws {
+        let resource = FaultInjectingServer.Resource(
+            body: Self.body, etag: "W/\"weak\"", lastModified: nil, faults: [.closeConnection(afterBytes: 100_000)])
+        let result = try await self.fetch(resource)
+        #expect(result.file == Self.body)
+        #expect(result.requests.map(\.range) == [nil, nil])
+        #expect(result.requests.allSatisfy { $0.ifRange == nil })
+    }
+
+    @Test func usesAnOldEnoughLastModifiedWhenThereIsNoStrongETag() async throws {
+        let resource = FaultInjectingServer.Resource(
+            body: Self.body, etag: "W/\"weak\"", lastModified: "Wed, 21 Oct 2015 07:28:00 GMT",
+            faults: [.closeConnection(afterBytes: 100_000)])
+        let result = try await self.fetch(resource)
+        #expect(result.file == Self.body)
+        #expect(result.requests[1].ifRange == "Wed, 21 Oct 2015 07:28:00 GMT")
+    }
+
+    @Test func treatsA416ForTheLocalSizeAsComplete() async throws {
+        let result = try await self.fetch(
+            .init(body: Self.body, faults: [.stallChunked(afterBytes: Self.body.count)]),
+            configuration: .retrying(idleTimeout: .milliseconds(300)))
+        #expect(result.file == Self.body)
+        #expect(result.requests.map(\.range) == [nil, "bytes=\(Self.body.count)-"])
+        #expect(result.report.completed.first?.file.byteCount == Int64(Self.body.count))
+    }
+
+    // MARK: Framing and timeouts
+
+    @Test func resumesAChunkedBodyCutBeforeItsLastChunk() async throws {
+        let result = try await self.fetch(Self.paced([.cutChunkedBody(afterBytes: 120_000)]))
+        #expect(result.file == Self.body)
+        #expect(self.resumed(result.requests, atMost: 120_000), "\(result.requests.map(\.range))")
+    }
+
+    @Test func anIdleTimeoutCatchesAStalledBodyAndTheRetryResumes() async throws {
+        let result = try await self.fetch(
+            .init(body: Self.body, faults: [.stall(afterBytes: 50_000)]), configuration: .retrying(idleTimeout: .milliseconds(300)))
+        #expect(result.file == Self.body)
+        #expect(result.requests.map(\.range) == [nil, "bytes=50000-"])
+        let retry = result.events.compactMap { if case .retrying(_, _, let error) = $0 { error.code } else { nil } }
+        #expect(retry == [.timedOut])
+    }
+
+    @Test func storesAnEncodedBodyAsReceived() async throws {
+        let result = try await self.fetch(.init(body: Self.body, faults: [.addHeaders(["Content-Encoding": "gzip"])]))
+        #expect(result.file == Self.body)
+    }
+
+    @Test func failsAFileLargerThanTheMaximumWithoutKeepingIt() async throws {
+        var configuration = TransferManager.Configuration.retrying()
+        configuration.maximumFileSize = 1_000
+        let result = try await self.fetch(.init(body: Self.body), configuration: configuration)
+        #expect(result.report.failed.first?.error.code == .fileTooLarge)
+        #expect(result.folder.isEmpty)
+    }
+
+    // MARK: Redirects
+
+    @Test func followsARedirectChain() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/r1": .init(body: [], faults: [.redirect(status: 301, location: "/r2")]),
+            "/r2": .init(body: [], faults: [.redirect(status: 307, location: "/file")]),
+            "/file": .init(body: Self.body),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .retrying()) { manager in
+                    try await manager.download([server.url("/r1")], into: folder)
+                }
+                #expect(report.completed.count == 1)
+                #expect(contents(of: folder.appending(path: "r1")) == Self.body, "the name comes from the URL asked for")
+            }
+        }
+    }
+
+    @Test func stopsAtALoopAndAtTheRedirectLimit() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/loop1": .init(body: [], faults: [.redirect(status: 302, location: "/loop2")]),
+            "/loop2": .init(body: [], faults: [.redirect(status: 302, location: "/loop1")]),
+            "/c1": .init(body: [], faults: [.redirect(status: 302, location: "/c2")]),
+            "/c2": .init(body: [], faults: [.redirect(status: 302, location: "/c3")]),
+            "/c3": .init(body: [], faults: [.redirect(status: 302, location: "/c4")]),
+            "/c4": .init(body: [1]),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                var configuration = TransferManager.Configuration.retrying()
+                configuration.maximumRedirects = 2
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.download([server.url("/loop1"), server.url("/c1")], into: folder)
+                }
+                #expect(report.failed.map(\.error.code) == [.tooManyRedirects, .tooManyRedirects])
+                #expect(names(in: folder).isEmpty)
+            }
+        }
+    }
+
+    @Test func refusesARedirectToAFileURL() async throws {
+        let result = try await self.fetch(.init(body: [], faults: [.redirect(status: 302, location: "file:///etc/passwd")]))
+        #expect(result.report.failed.first?.error.code == .redirectRefused)
+        #expect(result.folder.isEmpty)
+    }
+
+    @Test func dropsSecretHeadersWhenARedirectLeavesTheOriginUnlessTheHostIsTrusted() async throws {
+        for trusted in [false, true] {
+            try await FaultInjectingServer.withServer(host: "127.0.0.2", resources: ["/file": .init(body: Self.body)]) { other in
+                let resources: [String: FaultInjectingServer.Resource] = [
+                    "/start": .init(body: [], faults: [.redirect(status: 302, location: other.url("/file").absoluteString)])
+                ]
+                try await FaultInjectingServer.withServer(resources: resources) { origin in
+                    try await withTemporaryDirectory { folder in
+                        var configuration = TransferManager.Configuration.retrying()
+                        if trusted { configuration.trustedRedirectHosts = ["127.0.0.2"] }
+                        let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                            try await manager.enqueue(
+                                TransferRequest(
+                                    url: origin.url("/start"), destination: .folder(folder),
+                                    headers: [("Authorization", "Bearer s3cret"), ("Cookie", "session=1"), ("X-Trace", "7")])
+                            ).report()
+                        }
+                        #expect(report.completed.count == 1)
+                        #expect(origin.requests.first?.headers["authorization"] == "Bearer s3cret")
+                        let received = try #require(other.requests.first)
+                        #expect(received.headers["x-trace"] == "7")
+                        #expect(received.headers["authorization"] == (trusted ? "Bearer s3cret" : nil))
+                        #expect(received.headers["cookie"] == (trusted ? "session=1" : nil))
+                    }
+                }
+            }
+        }
+    }
+}
+
+func sha256Hex(_ bytes: [UInt8]) -> String {
+    var hasher = SHA256Hasher()
+    hasher.update(bytes)
+    return hasher.hex
+}
