@@ -43,6 +43,10 @@ public struct BatchReport: Sendable {
         public var url: URL
         /// How it ended.
         public var result: TransferResult
+        /// How many requests it took (retries included; 0 when it never started).
+        public var attempts: Int
+        /// Why its partial file was discarded and the download started again from zero, each time it was.
+        public var restarts: [String]
     }
 
     /// The batch this reports on.

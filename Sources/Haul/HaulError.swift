@@ -18,6 +18,7 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
             case httpStatus
             case rangeNotHonored
             case incompleteBody
+            case invalidResponse
             case sizeMismatch
             case checksumMismatch
             case fileExists
@@ -49,6 +50,9 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
         public static let rangeNotHonored = Code(.rangeNotHonored)
         /// The body ended before the length the server announced.
         public static let incompleteBody = Code(.incompleteBody)
+        /// The server's response is malformed: headers beyond the size cap, conflicting or invalid `Content-Length`,
+        /// a broken chunked encoding.
+        public static let invalidResponse = Code(.invalidResponse)
         /// The file's size differs from the size the request expected or the server announced.
         public static let sizeMismatch = Code(.sizeMismatch)
         /// The file's digest differs from the checksum given with the request.

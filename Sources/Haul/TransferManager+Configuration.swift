@@ -20,7 +20,8 @@ extension TransferManager {
         public var connectTimeout: Duration = .seconds(10)
         /// How long a response may stay silent (no header or body byte) before the attempt fails. Default 60 s, as
         /// wget's `--read-timeout` is 900 s and curl has none: long enough for slow servers, short enough to notice a
-        /// dead connection that never closes.
+        /// dead connection that never closes. The clock runs from the last read from the socket, so a consumer that
+        /// stops reading (a disk stalled for that long) counts as silence too.
         public var idleTimeout: Duration = .seconds(60)
         /// How many redirects one request may follow. Default 10, as curl's `--max-redirs` default is 50 and
         /// browsers stop near 20: 10 covers every CDN chain seen in practice. Only http and https targets are
@@ -30,6 +31,11 @@ extension TransferManager {
         /// process loses nothing either way (the kernel keeps written pages); only a power loss does, and `fsync`
         /// per file costs much on batches of small files.
         public var synchronizesFiles: Bool = false
+        /// A floor under the receiving speed of one transfer: an attempt that receives fewer than `bytesPerSecond`
+        /// over any `duration` fails with ``HaulError/Code/timedOut`` (and is retried, resuming). Default `nil`: off,
+        /// as in curl (`--speed-limit`/`--speed-time`) and aria2c (`--lowest-speed-limit`), because a slow link is
+        /// not a broken one.
+        public var lowSpeedLimit: LowSpeedLimit? = nil
         /// When failed transfers are tried again; see ``RetryPolicy`` for the defaults and their reasons.
         public var retryPolicy = RetryPolicy()
         /// The largest file accepted, in bytes; a larger one fails with ``HaulError/Code/fileTooLarge`` before or
@@ -48,5 +54,19 @@ extension TransferManager {
 
         /// The defaults.
         public init() {}
+    }
+
+    /// A minimum speed held over a duration; see ``Configuration/lowSpeedLimit``.
+    public struct LowSpeedLimit: Sendable, Hashable {
+        /// The slowest acceptable average speed.
+        public var bytesPerSecond: Int64
+        /// How long the speed must stay below the floor before the attempt fails.
+        public var duration: Duration
+
+        /// Creates a limit.
+        public init(bytesPerSecond: Int64, duration: Duration) {
+            self.bytesPerSecond = bytesPerSecond
+            self.duration = duration
+        }
     }
 }

@@ -21,6 +21,8 @@ extension TransferManager {
         var lastReportedBytes: Int64 = -1
         var stopSignal: StopSignal?
         var result: TransferResult?
+        /// Why the partial file was discarded, each time it was.
+        var restarts: [String] = []
 
         var state: TransferState {
             switch self.machine.state {
@@ -43,8 +45,8 @@ extension TransferManager {
     /// One batch as the manager knows it.
     struct BatchRecord: Sendable {
         var order: [(id: TransferID, url: URL)] = []
-        /// The result of each item of ``order``, by position, once it has one.
-        var results: [TransferResult?] = []
+        /// The report line of each item of ``order``, by position, once it has a result.
+        var results: [BatchReport.Item?] = []
         var finishedCount = 0
         /// The positions in ``order`` that wait for each transfer's result.
         var pending: [TransferID: [Int]] = [:]
@@ -91,6 +93,8 @@ extension TransferManager {
         var transfers: [TransferID: Record] = [:]
         var batches: [BatchID: BatchRecord] = [:]
         var nextBatchID = 1
+        /// The byte counts of the attempts running now, sampled every progress interval.
+        var progressCells: [TransferID: ProgressCell] = [:]
         var subscribers: [Int: AsyncStream<TransferEvent>.Continuation] = [:]
         var nextSubscriberID = 0
         var isShutDown = false
@@ -192,6 +196,7 @@ extension TransferManager {
             for id in ids {
                 self.transfers[id]!.machine.started()
                 self.transfers[id]!.stopSignal = StopSignal()
+                self.progressCells[id] = ProgressCell(self.transfers[id]!.receivedBytes)
                 self.starts.yield(id)
             }
         }
@@ -209,7 +214,8 @@ extension TransferManager {
                 conflictPolicy: record.conflictPolicy, expectedByteCount: record.request.expectedByteCount,
                 checksum: record.request.checksum, computesSHA256: record.request.computesSHA256,
                 validator: record.validator, synchronizesFiles: self.configuration.synchronizesFiles,
-                progressInterval: self.configuration.progressInterval, maximumFileSize: self.configuration.maximumFileSize)
+                progress: self.progressCells[id] ?? ProgressCell(record.receivedBytes),
+                maximumFileSize: self.configuration.maximumFileSize, lowSpeedLimit: self.configuration.lowSpeedLimit)
             return (plan, signal)
         }
 
@@ -229,6 +235,9 @@ extension TransferManager {
                 retryDelay = self.configuration.retryPolicy.delay(
                     afterAttempt: self.transfers[id]!.machine.attempts, failingWith: error,
                     retryAfter: error.retryAfter, random: .random(in: 0...1))
+            }
+            if let cell = self.progressCells.removeValue(forKey: id) {
+                self.progressed(id, receivedBytes: cell.load(), at: now)
             }
             let action = self.transfers[id]!.machine.attemptEnded(machineOutcome, retryDelay: retryDelay)
             self.transfers[id]!.stopSignal = nil
@@ -333,20 +342,13 @@ extension TransferManager {
             case .finish(let outcome, let removePartialFile, let dequeue):
                 if dequeue { self.scheduler.removeWaiting(id) }
                 let record = self.transfers[id]!
-                if removePartialFile, let (plan, _) = self.plan(forFinished: id) { aftermath.removedFiles.append(plan) }
+                if removePartialFile {
+                    aftermath.removedFiles.append(
+                        Download.partPath(id: id, folder: record.folder, nameComponents: record.nameComponents))
+                }
                 let finalResult: TransferResult = outcome == .cancelled ? .cancelled : (result ?? .cancelled)
                 self.finish(id, record: record, result: finalResult, at: now, aftermath: &aftermath)
             }
-        }
-
-        private func plan(forFinished id: TransferID) -> (URL, Void)? {
-            guard let record = self.transfers[id] else { return nil }
-            let plan = Download.Plan(
-                id: id, url: record.request.url, headers: [], folder: record.folder,
-                nameComponents: record.nameComponents, usesContentDisposition: false,
-                conflictPolicy: record.conflictPolicy, expectedByteCount: nil, checksum: nil, computesSHA256: false,
-                validator: nil, synchronizesFiles: false, progressInterval: .zero, maximumFileSize: nil)
-            return (plan.partPath, ())
         }
 
         // MARK: Progress and events
@@ -369,14 +371,21 @@ extension TransferManager {
 
         mutating func restarted(_ id: TransferID, reason: String) {
             self.transfers[id]?.receivedBytes = 0
+            self.transfers[id]?.restarts.append(reason)
             self.emit(id, .restarted(reason: reason))
+        }
+
+        /// Samples the byte counts of the running attempts: called every progress interval.
+        mutating func sampleProgress(at now: ContinuousClock.Instant) {
+            for (id, cell) in self.progressCells { self.progressed(id, receivedBytes: cell.load(), at: now) }
         }
 
         mutating func progressed(_ id: TransferID, receivedBytes: Int64, at now: ContinuousClock.Instant) {
             guard var record = self.transfers[id] else { return }
+            let changed = receivedBytes != record.lastReportedBytes
             record.receivedBytes = receivedBytes
             record.rate.record(totalBytes: receivedBytes, at: now)
-            let due = record.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true
+            let due = changed && (record.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true)
             if due {
                 record.lastProgressEvent = now
                 record.lastReportedBytes = receivedBytes
@@ -433,7 +442,10 @@ extension TransferManager {
             if !emitted {
                 batch.events?.yield(.transfer(TransferEvent(id: id, url: url, kind: .finished(result))))
             }
-            batch.results[index] = result
+            // The record is this item's transfer unless the item failed before it had one (a clash of identifiers).
+            let record = self.transfers[id].flatMap { $0.request.url == url ? $0 : nil }
+            batch.results[index] = BatchReport.Item(
+                id: id, url: url, result: result, attempts: record?.machine.attempts ?? 0, restarts: record?.restarts ?? [])
             batch.finishedCount += 1
             let byteCount: Int64? = if case .completed(let file) = result { file.byteCount } else { nil }
             batch.tracker.added(id, expectedBytes: byteCount)
@@ -451,7 +463,7 @@ extension TransferManager {
             }
             let report = BatchReport(
                 batchID: batchID,
-                items: zip(batch.order, batch.results).map { BatchReport.Item(id: $0.id, url: $0.url, result: $1!) })
+                items: batch.results.map { $0! })
             batch.report = report
             batch.events?.yield(.finished(report))
             if let events = batch.events { aftermath.finishedStreams.append(events) }

@@ -44,6 +44,7 @@ public final class TransferManager: Sendable {
         do {
             result = try await withThrowingTaskGroup(of: Void.self, returning: Swift.Result<Result, any Error>.self) { group in
                 group.addTask { await manager.run() }
+                group.addTask { await manager.sampleProgress() }
                 let outcome: Swift.Result<Result, any Error>
                 do {
                     outcome = .success(try await body(manager))
@@ -73,6 +74,19 @@ public final class TransferManager: Sendable {
             return Array(core.subscribers.values)
         }
         for subscriber in subscribers { subscriber.finish() }
+    }
+
+    /// Samples the running attempts' progress every progress interval until the manager shuts down.
+    private func sampleProgress() async {
+        let interval = max(self.configuration.progressInterval, .milliseconds(1))
+        while true {
+            try? await Task.sleep(for: interval)
+            let isShutDown = self.core.withLockedValue { core in
+                core.sampleProgress(at: .now)
+                return core.isShutDown
+            }
+            if isShutDown { return }
+        }
     }
 
     private func runTransfer(_ id: TransferID) async {
@@ -238,6 +252,7 @@ public final class TransferManager: Sendable {
 }
 
 extension TransferManager: Download.Observer {
+    // Progress is not pushed by the attempt: the manager samples each attempt's `ProgressCell`.
     func attemptStarted(_ id: TransferID, offset: Int64) {
         self.core.withLockedValue { $0.attemptStarted(id, offset: offset) }
     }
@@ -252,7 +267,4 @@ extension TransferManager: Download.Observer {
         self.core.withLockedValue { $0.restarted(id, reason: reason) }
     }
 
-    func progressed(_ id: TransferID, receivedBytes: Int64, at instant: ContinuousClock.Instant) {
-        self.core.withLockedValue { $0.progressed(id, receivedBytes: receivedBytes, at: instant) }
-    }
 }

@@ -34,6 +34,12 @@ struct Get: AsyncParsableCommand {
     @Option(name: .long, help: "How many files download at once from one host.")
     var maxPerHost: Int = 6
 
+    @Option(name: .long, help: "How many times a failed file is tried again (transient failures only; 0 = never).")
+    var retries: Int = 4
+
+    @Option(name: .long, help: "Seconds without a byte from the server before an attempt fails (it is retried).")
+    var timeout: Double = 60
+
     @Option(name: [.customShort("H"), .customLong("header")], help: "An extra request header, 'Name: value' (repeatable).")
     var headers: [String] = []
 
@@ -61,6 +67,10 @@ struct Get: AsyncParsableCommand {
         }
         guard (1...256).contains(self.maxPerHost) else {
             throw ValidationError("--max-per-host must be between 1 and 256.")
+        }
+        guard (0...100).contains(self.retries) else { throw ValidationError("--retries must be between 0 and 100.") }
+        guard self.timeout > 0, self.timeout <= 86_400 else {
+            throw ValidationError("--timeout must be more than 0 and at most 86400 seconds.")
         }
         let single = self.urls.count == 1 && self.inputFile == nil
         if self.output != nil, !single { throw ValidationError("-o/--output applies when exactly one URL is given.") }
@@ -101,6 +111,8 @@ struct Get: AsyncParsableCommand {
         configuration.maximumTransfersPerHost = self.maxPerHost
         configuration.conflictPolicy = ConflictPolicy(name: self.onConflict)!
         configuration.naming = self.contentDisposition ? .contentDisposition : .urlPath
+        configuration.retryPolicy.maximumAttempts = self.retries + 1
+        configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
         let mode: EventRenderer.Mode = self.json ? .json : (self.quiet ? .quiet : .plain(progressEvery: .seconds(2)))
         let started = ContinuousClock.now
         let input = self.inputFile

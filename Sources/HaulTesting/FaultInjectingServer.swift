@@ -37,6 +37,12 @@ public final class FaultInjectingServer: Sendable {
         /// Send the body with chunked encoding, and after this many bytes send nothing more (no last chunk), keeping
         /// the connection open.
         case stallChunked(afterBytes: Int)
+        /// Answer a range request with 416 and `Content-Range: bytes */N`.
+        case rangeNotSatisfiable(completeLength: Int)
+        /// Send a response head with a header this many bytes long.
+        case hugeHeader(bytes: Int)
+        /// Send two different `Content-Length` headers.
+        case conflictingContentLength
         /// Add these response headers (for example `Content-Encoding: gzip`).
         case addHeaders([String: String])
         /// Serve these bytes instead of the resource's, under the same validators and length, and close after
@@ -260,6 +266,20 @@ public final class FaultInjectingServer: Sendable {
             case .retryAfter(let code, let value):
                 self.sendText(
                     status: HTTPResponseStatus(statusCode: code), "slow down\n", headers: ["Retry-After": value], context: context)
+                return
+            case .rangeNotSatisfiable(let length) where headers["range"] != nil:
+                self.sendText(status: .rangeNotSatisfiable, "", headers: ["Content-Range": "bytes */\(length)"], context: context)
+                return
+            case .hugeHeader(let bytes):
+                self.sendText(status: .ok, "x", headers: ["X-Huge": String(repeating: "a", count: bytes)], context: context)
+                return
+            case .conflictingContentLength:
+                var conflicting = HTTPHeaders()
+                conflicting.add(name: "Content-Length", value: "5")
+                conflicting.add(name: "Content-Length", value: "7")
+                context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: conflicting))), promise: nil)
+                context.write(self.wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: "1234567")))), promise: nil)
+                self.finishResponse(context: context)
                 return
             case .redirect(let code, let location):
                 self.sendText(status: HTTPResponseStatus(statusCode: code), "", headers: ["Location": location], context: context)

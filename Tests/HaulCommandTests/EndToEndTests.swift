@@ -131,6 +131,22 @@ struct EndToEndTests {
         }
     }
 
+    @Test func retriesAsOftenAsToldAndReportsEachRetryInJSON() async throws {
+        let flaky = FaultInjectingServer.Resource(body: Self.body, faults: [.status(503), .status(503)])
+        try await FaultInjectingServer.withServer(resources: ["/flaky": flaky]) { server in
+            try await self.withFolder { folder in
+                let url = server.url("/flaky").absoluteString
+                let once = try await HaulProcess.run(["get", url, "-d", folder.path, "--retries", "0"])
+                #expect(once.status == 1)
+                let output = try await HaulProcess.run(["get", url, "-d", folder.path, "--retries", "2", "--json"])
+                #expect(output.status == 0, "\(output.stderr)")
+                let retries = output.stdout.split(separator: "\n").filter { $0.contains(#""event":"retrying""#) }
+                #expect(retries.count == 1, "the first run used up one fault, so one retry is left")
+                #expect(retries.first?.contains(#""status":503"#) == true)
+            }
+        }
+    }
+
     @Test func exits130WhenInterruptedAndLeavesNoFinishedFileBehind() async throws {
         let slow = FaultInjectingServer.Resource(body: FaultInjectingServer.body(size: 2_000_000, seed: 1), chunkSize: 10_000, chunkDelay: .milliseconds(20))
         try await FaultInjectingServer.withServer(resources: ["/slow.bin": slow]) { server in

@@ -73,8 +73,10 @@ struct GetArgumentTests {
             try HaulCommand.parseAsRoot([
                 "get", "http://h/a", "-d", "out", "-o", "x.bin", "-j", "8", "--max-per-host", "2", "-H", "A: b",
                 "--checksum", "md5=" + String(repeating: "0", count: 32), "--on-conflict", "skip", "--content-disposition",
-                "--json",
+                "--json", "--retries", "2", "--timeout", "1.5",
             ]) as? Get)
+        #expect(command.retries == 2)
+        #expect(command.timeout == 1.5)
         #expect(command.maxConcurrent == 8)
         #expect(command.maxPerHost == 2)
         #expect(command.output == "x.bin")
@@ -93,6 +95,9 @@ struct GetArgumentTests {
         ["get", "http://h/a", "--json", "--quiet"],
         ["get", "file:///etc/passwd"],
         ["get", "http://h/a", "--max-per-host", "0"],
+        ["get", "http://h/a", "--retries", "-1"],
+        ["get", "http://h/a", "--timeout", "0"],
+        ["get", "http://h/a", "--timeout", "soon"],
     ])
     func rejectsBadUsage(arguments: [String]) {
         #expect(throws: (any Error).self) { try HaulCommand.parseAsRoot(arguments) }

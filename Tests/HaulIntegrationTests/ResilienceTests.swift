@@ -200,7 +200,7 @@ struct ResilienceTests {
     @Test func treatsA416ForTheLocalSizeAsComplete() async throws {
         let result = try await self.fetch(
             .init(body: Self.body, faults: [.stallChunked(afterBytes: Self.body.count)]),
-            configuration: .retrying(idleTimeout: .milliseconds(300)))
+            configuration: .retrying(idleTimeout: .seconds(2)))
         #expect(result.file == Self.body)
         #expect(result.requests.map(\.range) == [nil, "bytes=\(Self.body.count)-"])
         #expect(result.report.completed.first?.file.byteCount == Int64(Self.body.count))
@@ -216,7 +216,7 @@ struct ResilienceTests {
 
     @Test func anIdleTimeoutCatchesAStalledBodyAndTheRetryResumes() async throws {
         let result = try await self.fetch(
-            .init(body: Self.body, faults: [.stall(afterBytes: 50_000)]), configuration: .retrying(idleTimeout: .milliseconds(300)))
+            .init(body: Self.body, faults: [.stall(afterBytes: 50_000)]), configuration: .retrying(idleTimeout: .seconds(2)))
         #expect(result.file == Self.body)
         #expect(result.requests.map(\.range) == [nil, "bytes=50000-"])
         let retry = result.events.compactMap { if case .retrying(_, _, let error) = $0 { error.code } else { nil } }
@@ -234,6 +234,88 @@ struct ResilienceTests {
         let result = try await self.fetch(.init(body: Self.body), configuration: configuration)
         #expect(result.report.failed.first?.error.code == .fileTooLarge)
         #expect(result.folder.isEmpty)
+    }
+
+    @Test func failsAMalformedResponseAtOnceWithAClearError() async throws {
+        for fault in [FaultInjectingServer.Fault.hugeHeader(bytes: 1_000_000), .conflictingContentLength] {
+            let result = try await self.fetch(.init(body: Self.body, faults: [fault]))
+            let error = try #require(result.report.failed.first?.error)
+            #expect(error.code == .invalidResponse)
+            #expect(error.message.contains("malformed"))
+            #expect(result.requests.count == 1, "a malformed response is not retried")
+            #expect(result.folder.isEmpty)
+        }
+    }
+
+    @Test func abortsAnAttemptThatTricklesBelowTheLowSpeedLimit() async throws {
+        var configuration = TransferManager.Configuration.retrying(attempts: 1)
+        configuration.lowSpeedLimit = .init(bytesPerSecond: 100_000, duration: .milliseconds(300))
+        let trickle = FaultInjectingServer.Resource(body: Self.body, chunkSize: 500, chunkDelay: .milliseconds(20))
+        let result = try await self.fetch(trickle, configuration: configuration)
+        let error = try #require(result.report.failed.first?.error)
+        #expect(error.code == .timedOut)
+        #expect(error.message.contains("Slower than 100000 bytes/s"))
+    }
+
+    @Test func restartsWhenA416NamesAnotherLength() async throws {
+        let result = try await self.fetch(
+            Self.paced([.closeConnection(afterBytes: 100_000), .rangeNotSatisfiable(completeLength: 5)]))
+        #expect(result.file == Self.body)
+        #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
+        let item = try #require(result.report.items.first)
+        #expect(item.restarts.count == 1)
+        #expect(item.attempts == 2)
+    }
+
+    @Test func reportsHowManyAttemptsAFileTook() async throws {
+        let result = try await self.fetch(.init(body: Self.body, faults: [.status(503), .status(503)]))
+        #expect(result.report.items.first?.attempts == 3)
+        #expect(result.report.items.first?.restarts == [])
+    }
+
+    // MARK: Destination safety
+
+    @Test func refusesToWriteThroughASymbolicLinkPlantedAtThePartialFile() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/file": .init(body: Self.body)]) { server in
+            try await withTemporaryDirectory { folder in
+                let victim = folder.appending(path: "victim.txt")
+                try Data("precious".utf8).write(to: victim)
+                let destination = folder.appending(path: "out")
+                try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: true)
+                let request = TransferRequest(url: server.url("/file"), into: destination)
+                let partName = "file.\(String(TransferID.derived(url: request.id.rawValue, destination: "").rawValue.prefix(8))).part"
+                try FileManager.default.createSymbolicLink(
+                    at: destination.appending(path: partName), withDestinationURL: victim)
+                let report = try await TransferManager.withTransferManager(configuration: .retrying()) { manager in
+                    try await manager.enqueue(request).report()
+                }
+                #expect(report.failed.first?.error.code == .fileSystem)
+                #expect(contents(of: victim) == Array("precious".utf8))
+            }
+        }
+    }
+
+    @Test func replacesASymbolicLinkAtTheFinalPathInsteadOfFollowingIt() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/file": .init(body: Self.body)]) { server in
+            try await withTemporaryDirectory { folder in
+                let victim = folder.appending(path: "victim.txt")
+                try Data("precious".utf8).write(to: victim)
+                let destination = folder.appending(path: "out")
+                try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: true)
+                try FileManager.default.createSymbolicLink(at: destination.appending(path: "file"), withDestinationURL: victim)
+                for policy in [ConflictPolicy.rename, .overwrite] {
+                    var configuration = TransferManager.Configuration.retrying()
+                    configuration.conflictPolicy = policy
+                    let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                        try await manager.download([server.url("/file")], into: destination)
+                    }
+                    #expect(report.completed.count == 1)
+                    #expect(contents(of: victim) == Array("precious".utf8))
+                }
+                #expect(contents(of: destination.appending(path: "file")) == Self.body)
+                #expect(contents(of: destination.appending(path: "file.1")) == Self.body)
+            }
+        }
     }
 
     // MARK: Redirects
@@ -318,3 +400,4 @@ func sha256Hex(_ bytes: [UInt8]) -> String {
     hasher.update(bytes)
     return hasher.hex
 }
+

@@ -122,6 +122,11 @@ struct HTTPTransport: Sendable {
     /// The Haul error for an error thrown by the client or by a body iteration.
     static func haulError(for error: any Error, url: URL, receivedBody: Bool) -> any Error {
         if error is HaulError || error is CancellationError { return error }
+        if let parserError = error as? HTTPParserError, parserError != .invalidEOFState {
+            // NIO's parser caps the header block at 80 KiB and refuses conflicting lengths: no retry would help.
+            // (`invalidEOFState` is a connection closed mid-body: an incomplete transfer, handled below.)
+            return HaulError(.invalidResponse, "The server's response is malformed: \(parserError)", underlying: error)
+        }
         if let clientError = error as? HTTPClientError {
             switch clientError {
             case .cancelled:

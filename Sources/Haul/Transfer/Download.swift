@@ -55,8 +55,10 @@ extension Download {
         /// Validators from an earlier attempt in this process, to resume its partial file.
         var validator: Validator?
         var synchronizesFiles: Bool
-        var progressInterval: Duration
+        /// Where the attempt stores its byte count for the manager to sample.
+        var progress: ProgressCell
         var maximumFileSize: Int64?
+        var lowSpeedLimit: TransferManager.LowSpeedLimit?
 
         /// The final path for a name.
         func finalPath(_ components: [String]) -> URL {
@@ -65,10 +67,15 @@ extension Download {
 
         /// The partial file: beside the final file, named after it and the transfer, so that transfers that want
         /// the same final name never share a partial file.
-        var partPath: URL {
-            let name = FileNaming.truncated(self.nameComponents.last!, maximumBytes: FileNaming.maximumNameBytes - 22)
-            let tag = String(TransferID.derived(url: self.id.rawValue, destination: "").rawValue.prefix(8))
-            return self.finalPath(Array(self.nameComponents.dropLast()) + ["\(name).\(tag).part"])
+        var partPath: URL { Download.partPath(id: self.id, folder: self.folder, nameComponents: self.nameComponents) }
+    }
+
+    /// The partial file of a transfer: `NAME.TAG.part` beside the final file, where TAG comes from the identifier.
+    static func partPath(id: TransferID, folder: URL, nameComponents: [String]) -> URL {
+        let name = FileNaming.truncated(nameComponents.last!, maximumBytes: FileNaming.maximumNameBytes - 22)
+        let tag = String(TransferID.derived(url: id.rawValue, destination: "").rawValue.prefix(8))
+        return (nameComponents.dropLast() + ["\(name).\(tag).part"]).reduce(folder) {
+            $0.appending(path: $1, directoryHint: .notDirectory)
         }
     }
 
@@ -77,7 +84,6 @@ extension Download {
         func attemptStarted(_ id: TransferID, offset: Int64)
         func responseAccepted(_ id: TransferID, validator: Validator, expectedBytes: Int64?, receivedBytes: Int64)
         func restarted(_ id: TransferID, reason: String)
-        func progressed(_ id: TransferID, receivedBytes: Int64, at instant: ContinuousClock.Instant)
     }
 
     /// Runs one attempt to completion, failure or stop; never throws.
@@ -115,6 +121,7 @@ extension Download {
                 observer.restarted(plan.id, reason: "no validator from the server to resume the partial file safely")
             }
         }
+        plan.progress.store(offset)
         observer.attemptStarted(plan.id, offset: offset)
         let response = try await transport.get(plan.url, headers: headers)
         let status = Int(response.status.code)
@@ -155,7 +162,7 @@ extension Download {
             }
             if let header = response.headers.first(name: "content-length") {
                 guard let length = Int64(header), length >= 0, header.allSatisfy(\.isASCII) else {
-                    throw HaulError(.invalidRequest, "The server sent an invalid Content-Length: \"\(header)\"", httpStatus: status)
+                    throw HaulError(.invalidResponse, "The server sent an invalid Content-Length: \"\(header)\"", httpStatus: status)
                 }
                 expectedBytes = length
             }
@@ -201,8 +208,8 @@ extension Download {
 
         if !completeWithoutBody {
             let clock = ContinuousClock()
-            var lastReport = clock.now
             var receivedAny = false
+            var speedWindow = (start: clock.now, bytes: file.size)
             do {
                 for try await chunk in response.body {
                     receivedAny = true
@@ -220,10 +227,16 @@ extension Download {
                         PartialFile.remove(plan.partPath)
                         throw HaulError(.fileTooLarge, "The file grew past the maximum of \(maximum) bytes", httpStatus: status)
                     }
-                    let now = clock.now
-                    if now - lastReport >= plan.progressInterval {
-                        lastReport = now
-                        observer.progressed(plan.id, receivedBytes: file.size, at: now)
+                    plan.progress.store(file.size)
+                    if let floor = plan.lowSpeedLimit, clock.now - speedWindow.start >= floor.duration {
+                        let now = clock.now
+                        let rate = Double(file.size - speedWindow.bytes) / (now - speedWindow.start).seconds
+                        if rate < Double(floor.bytesPerSecond) {
+                            throw HaulError(
+                                .timedOut,
+                                "Slower than \(floor.bytesPerSecond) bytes/s for \(floor.duration) (\(Int(rate)) bytes/s)")
+                        }
+                        speedWindow = (now, file.size)
                     }
                 }
             } catch {
@@ -231,7 +244,6 @@ extension Download {
                 throw HTTPTransport.haulError(for: error, url: plan.url, receivedBody: receivedAny)
             }
             try file.flush()
-            observer.progressed(plan.id, receivedBytes: file.size, at: clock.now)
         }
         let byteCount = file.size
         if let expected = expectedBytes, byteCount != expected {
