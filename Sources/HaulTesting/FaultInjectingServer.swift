@@ -26,6 +26,8 @@ public final class FaultInjectingServer: Sendable {
         case ignoreRange
         /// Answer a range request with a `Content-Range` that starts this many bytes off the requested offset.
         case shiftContentRange(by: Int)
+        /// Answer a range request with a `Content-Range` whose complete length is this many bytes off.
+        case wrongCompleteLength(by: Int)
         /// Answer a range request with 206 but a different ETag (new content, `If-Range` ignored).
         case changeETag
         /// Send this many body bytes, then nothing more, keeping the connection open.
@@ -305,7 +307,12 @@ public final class FaultInjectingServer: Sendable {
             if fault == .changeETag {
                 responseHeaders.replaceOrAdd(name: "ETag", value: "\"changed-\(resource.body.count)\"")
             }
-            let ignoresIfRange = fault == .changeETag || fault.map { if case .shiftContentRange = $0 { true } else { false } } == true
+            let ignoresIfRange = fault.map {
+                switch $0 {
+                case .changeETag, .shiftContentRange, .wrongCompleteLength: true
+                default: false
+                }
+            } == true
             if fault != .ignoreRange, let range = headers["range"], let first = Self.rangeStart(range) {
                 let ifRangeMatches =
                     ignoresIfRange || (headers["if-range"].map { $0 == resource.etag || $0 == resource.lastModified } ?? true)
@@ -319,7 +326,9 @@ public final class FaultInjectingServer: Sendable {
                     status = .partialContent
                     var announced = first
                     if case .shiftContentRange(let shift) = fault { announced = max(0, min(total - 1, first + shift)) }
-                    responseHeaders.add(name: "Content-Range", value: "bytes \(announced)-\(total - 1)/\(total)")
+                    var announcedTotal = total
+                    if case .wrongCompleteLength(let delta) = fault { announcedTotal = total + delta }
+                    responseHeaders.add(name: "Content-Range", value: "bytes \(announced)-\(total - 1)/\(announcedTotal)")
                 }
             }
             var closeAfter: Int?

@@ -163,6 +163,15 @@ struct ResilienceTests {
         }
     }
 
+    @Test func restartsWhenTheContentRangeNamesAnotherCompleteLength() async throws {
+        for delta in [-1, 1000] {
+            let result = try await self.fetch(
+                Self.paced([.closeConnection(afterBytes: 100_000), .wrongCompleteLength(by: delta)]))
+            #expect(result.file == Self.body)
+            #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
+        }
+    }
+
     @Test func restartsWhenTheETagChangedInsteadOfSplicingTwoVersions() async throws {
         let result = try await self.fetch(Self.paced([.closeConnection(afterBytes: 100_000), .changeETag]))
         #expect(result.file == Self.body)
