@@ -19,9 +19,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
     ],
     targets: [
+        // One C function: an atomic no-replace rename, which Swift's Glibc module does not expose.
+        .target(name: "CHaulSystem"),
         .target(
             name: "Haul",
             dependencies: [
+                "CHaulSystem",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -86,15 +86,5 @@ enum RetryAfter {
         return .milliseconds(Int64(max(0, date.timeIntervalSince(now)) * 1000))
     }
 
-    /// Parses the IMF-fixdate form (`Sun, 06 Nov 1994 08:49:37 GMT`) and the two obsolete forms RFC 9110 accepts.
-    static func httpDate(_ text: String) -> Date? {
-        for format in ["EEE, dd MMM yyyy HH:mm:ss 'GMT'", "EEEE, dd-MMM-yy HH:mm:ss 'GMT'", "EEE MMM d HH:mm:ss yyyy"] {
-            let formatter = DateFormatter()
-            formatter.locale = Locale(identifier: "en_US_POSIX")
-            formatter.timeZone = TimeZone(identifier: "GMT")
-            formatter.dateFormat = format
-            if let date = formatter.date(from: text) { return date }
-        }
-        return nil
-    }
+    static func httpDate(_ text: String) -> Date? { HTTPDate.parse(text) }
 }

@@ -437,49 +437,52 @@ extension TransferManager {
             index: Int, in batchID: BatchID, result: TransferResult, at now: ContinuousClock.Instant,
             aftermath: inout Aftermath, emitted: Bool = false
         ) {
-            guard var batch = self.batches[batchID], batch.results[index] == nil else { return }
-            let (id, url) = batch.order[index]
-            if !emitted {
-                batch.events?.yield(.transfer(TransferEvent(id: id, url: url, kind: .finished(result))))
+            guard let (id, url) = self.batches[batchID]?.order[index], self.batches[batchID]?.results[index] == nil else {
+                return
             }
             // The record is this item's transfer unless the item failed before it had one (a clash of identifiers).
             let record = self.transfers[id].flatMap { $0.request.url == url ? $0 : nil }
-            batch.results[index] = BatchReport.Item(
+            let item = BatchReport.Item(
                 id: id, url: url, result: result, attempts: record?.machine.attempts ?? 0, restarts: record?.restarts ?? [])
-            batch.finishedCount += 1
             let byteCount: Int64? = if case .completed(let file) = result { file.byteCount } else { nil }
-            batch.tracker.added(id, expectedBytes: byteCount)
-            batch.tracker.finished(id, state: result.state, byteCount: byteCount)
-            self.batches[batchID] = batch
+            self.withBatch(batchID) { batch in
+                if !emitted { batch.events?.yield(.transfer(TransferEvent(id: id, url: url, kind: .finished(result)))) }
+                batch.results[index] = item
+                batch.finishedCount += 1
+                batch.tracker.added(id, expectedBytes: byteCount)
+                batch.tracker.finished(id, state: result.state, byteCount: byteCount)
+            }
             self.emitBatchProgress(batchID, at: now, force: true)
             self.finishIfDone(batchID, aftermath: &aftermath)
         }
 
         mutating func finishIfDone(_ batchID: BatchID, aftermath: inout Aftermath) {
-            guard var batch = self.batches[batchID], batch.isSealed, !batch.isFinished,
-                batch.finishedCount == batch.order.count
-            else {
-                return
+            self.withBatch(batchID) { batch in
+                guard batch.isSealed, !batch.isFinished, batch.finishedCount == batch.order.count else { return }
+                let report = BatchReport(batchID: batchID, items: batch.results.map { $0! })
+                batch.report = report
+                batch.events?.yield(.finished(report))
+                if let events = batch.events { aftermath.finishedStreams.append(events) }
+                for waiter in batch.waiters { waiter.resume(returning: report) }
+                batch.waiters = []
             }
-            let report = BatchReport(
-                batchID: batchID,
-                items: batch.results.map { $0! })
-            batch.report = report
-            batch.events?.yield(.finished(report))
-            if let events = batch.events { aftermath.finishedStreams.append(events) }
-            for waiter in batch.waiters { waiter.resume(returning: report) }
-            batch.waiters = []
-            self.batches[batchID] = batch
         }
 
         private mutating func emitBatchProgress(_ batchID: BatchID, at now: ContinuousClock.Instant, force: Bool) {
-            guard var batch = self.batches[batchID], !batch.isFinished else { return }
-            let due = force || (batch.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true)
-            guard due else { return }
-            batch.lastProgressEvent = now
-            let snapshot = batch.tracker.snapshot(at: now)
-            batch.events?.yield(.progressed(snapshot))
-            self.batches[batchID] = batch
+            let interval = self.configuration.progressInterval
+            self.withBatch(batchID) { batch in
+                guard !batch.isFinished else { return }
+                guard force || (batch.lastProgressEvent.map { now - $0 >= interval } ?? true) else { return }
+                batch.lastProgressEvent = now
+                batch.events?.yield(.progressed(batch.tracker.snapshot(at: now)))
+            }
+        }
+
+        /// Changes a batch's record in place (a copy would duplicate its arrays on every change: O(n) per event).
+        @discardableResult
+        private mutating func withBatch<T>(_ id: BatchID, _ body: (inout BatchRecord) -> T) -> T? {
+            guard self.batches[id] != nil else { return nil }
+            return body(&self.batches[id]!)
         }
 
         /// Sends a transfer's event to the manager's subscribers and to the batches that wait for it.

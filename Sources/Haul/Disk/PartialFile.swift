@@ -1,3 +1,4 @@
+import CHaulSystem
 import Foundation
 import NIOCore
 
@@ -117,7 +118,11 @@ extension PartialFile {
 
     /// Moves a finished file into place without replacing anything: `false` when `target` exists.
     static func publishWithoutReplacing(_ source: URL, at target: URL) throws(HaulError) -> Bool {
-        // link(2) fails with EEXIST instead of replacing, atomically, on every POSIX file system.
+        // One atomic call where the system has it (renameat2 / renamex_np).
+        if haul_rename_noreplace(source.path, target.path) == 0 { return true }
+        if errno == EEXIST { return false }
+        guard errno == ENOTSUP else { throw .posix("Cannot move \(source.path) to \(target.path)") }
+        // Else link(2), which fails with EEXIST instead of replacing, atomically, on every POSIX file system.
         if link(source.path, target.path) == 0 {
             unlink(source.path)
             return true

@@ -2,8 +2,12 @@
 ///
 /// Pure: it is told sizes, byte counts and results, and the caller supplies the clock readings. Each transfer
 /// contributes its high-water mark of received bytes, so a transfer that restarts from zero counts nothing new until
-/// it passes its earlier mark; a file of unknown size weighs the average known size until its size is known; a
-/// finished transfer (whatever its result) weighs exactly what it received or was expected to, and counts as done.
+/// it passes its earlier mark. Files of unknown size weigh the average known size between them (or what they have
+/// received, if more) until their size is known; a finished transfer, whatever its result, weighs what it was
+/// expected to or received, and counts as done.
+///
+/// Every update and every snapshot costs O(1): the tracker keeps running sums, and each item's share of them, so a
+/// batch of 100,000 files costs no more per event than a batch of ten.
 struct BatchProgressTracker: Sendable {
     private struct Item: Sendable {
         var expectedBytes: Int64?
@@ -11,8 +15,36 @@ struct BatchProgressTracker: Sendable {
         var finishedState: TransferState?
     }
 
+    /// The sums every snapshot is made of; an item adds its share and takes it back before it changes.
+    private struct Sums: Sendable {
+        /// Over items of known size: their sizes, how many, and how much of them is done.
+        var knownBytes: Int64 = 0
+        var knownCount = 0
+        var knownDone: Int64 = 0
+        /// Finished items of unknown size weigh, and have done, what they received.
+        var unknownFinishedBytes: Int64 = 0
+        /// Unfinished items of unknown size: how many, and what they received.
+        var unknownCount = 0
+        var unknownReceived: Int64 = 0
+
+        mutating func add(_ item: Item, sign: Int64) {
+            if let expected = item.expectedBytes {
+                self.knownBytes += sign * expected
+                self.knownCount += Int(sign)
+                self.knownDone += sign * (item.finishedState != nil ? expected : min(item.highWater, expected))
+            } else if item.finishedState != nil {
+                self.unknownFinishedBytes += sign * item.highWater
+            } else {
+                self.unknownCount += Int(sign)
+                self.unknownReceived += sign * item.highWater
+            }
+        }
+    }
+
     private var items: [TransferID: Item] = [:]
+    private var sums = Sums()
     private var counts: [TransferState: Int] = [:]
+    private var finishedCount = 0
     private var transferredBytes: Int64 = 0
     private var lastFraction: Double = 0
     private var rate = RateEstimator()
@@ -20,66 +52,53 @@ struct BatchProgressTracker: Sendable {
     /// A transfer joined the batch.
     mutating func added(_ id: TransferID, expectedBytes: Int64?) {
         guard self.items[id] == nil else { return }
-        self.items[id] = Item(expectedBytes: expectedBytes)
+        let item = Item(expectedBytes: expectedBytes)
+        self.items[id] = item
+        self.sums.add(item, sign: 1)
     }
 
     /// A transfer's size and bytes received so far.
     mutating func progressed(_ id: TransferID, receivedBytes: Int64, expectedBytes: Int64?) {
-        guard var item = self.items[id], item.finishedState == nil else { return }
-        if let expectedBytes { item.expectedBytes = expectedBytes }
-        if receivedBytes > item.highWater {
-            self.transferredBytes += receivedBytes - item.highWater
-            item.highWater = receivedBytes
+        self.update(id) { item in
+            guard item.finishedState == nil else { return }
+            if let expectedBytes { item.expectedBytes = expectedBytes }
+            item.highWater = max(item.highWater, receivedBytes)
         }
-        self.items[id] = item
     }
 
     /// A transfer finished; a completed one gives its final size.
     mutating func finished(_ id: TransferID, state: TransferState, byteCount: Int64?) {
-        guard var item = self.items[id], item.finishedState == nil else { return }
-        if let byteCount {
-            item.expectedBytes = byteCount
-            if byteCount > item.highWater {
-                self.transferredBytes += byteCount - item.highWater
-                item.highWater = byteCount
-            }
-        }
-        item.finishedState = state
+        guard let item = self.items[id], item.finishedState == nil else { return }
         self.counts[state, default: 0] += 1
-        self.items[id] = item
+        self.finishedCount += 1
+        self.update(id) { item in
+            if let byteCount {
+                item.expectedBytes = byteCount
+                item.highWater = max(item.highWater, byteCount)
+            }
+            item.finishedState = state
+        }
+    }
+
+    private mutating func update(_ id: TransferID, _ change: (inout Item) -> Void) {
+        guard let before = self.items[id] else { return }
+        var after = before
+        change(&after)
+        self.sums.add(before, sign: -1)
+        self.sums.add(after, sign: 1)
+        self.transferredBytes += after.highWater - before.highWater
+        self.items[id] = after
     }
 
     /// The batch's progress at `instant`.
     mutating func snapshot(at instant: ContinuousClock.Instant) -> BatchProgress {
         self.rate.record(totalBytes: self.transferredBytes, at: instant)
-        var knownExpected: Int64 = 0
-        var knownCount = 0
-        var unknownCount = 0
-        for item in self.items.values {
-            if let expected = item.expectedBytes {
-                knownExpected += expected
-                knownCount += 1
-            } else if item.finishedState == nil {
-                unknownCount += 1
-            }
-        }
-        let averageKnown = knownCount > 0 ? Double(knownExpected) / Double(knownCount) : 1
-        var weight = 0.0
-        var done = 0.0
-        for item in self.items.values {
-            let itemWeight: Double
-            if let expected = item.expectedBytes {
-                itemWeight = Double(expected)
-            } else if item.finishedState != nil {
-                itemWeight = Double(item.highWater)
-            } else {
-                itemWeight = max(averageKnown, Double(item.highWater))
-            }
-            weight += itemWeight
-            done += item.finishedState != nil ? itemWeight : min(itemWeight, Double(item.highWater))
-        }
-        let finishedCount = self.counts.values.reduce(0, +)
-        let allFinished = finishedCount == self.items.count
+        let sums = self.sums
+        let averageKnown = sums.knownCount > 0 ? Double(sums.knownBytes) / Double(sums.knownCount) : 1
+        let unknownWeight = max(Double(sums.unknownCount) * averageKnown, Double(sums.unknownReceived))
+        let weight = Double(sums.knownBytes + sums.unknownFinishedBytes) + unknownWeight
+        let done = Double(sums.knownDone + sums.unknownFinishedBytes) + min(Double(sums.unknownReceived), unknownWeight)
+        let allFinished = self.finishedCount == self.items.count
         var fraction: Double
         if allFinished {
             fraction = 1
@@ -90,7 +109,6 @@ struct BatchProgressTracker: Sendable {
             fraction = min(max(fraction, self.lastFraction), 1 - 1e-9)
         }
         self.lastFraction = fraction
-        let remaining = Int64(max(0, weight - done))
         return BatchProgress(
             totalFiles: self.items.count,
             completedFiles: self.counts[.completed, default: 0],
@@ -98,13 +116,14 @@ struct BatchProgressTracker: Sendable {
             cancelledFiles: self.counts[.cancelled, default: 0],
             skippedFiles: self.counts[.skipped, default: 0],
             transferredBytes: self.transferredBytes,
-            expectedBytes: unknownCount == 0 ? knownExpected : nil,
-            knownExpectedBytes: knownExpected,
-            filesOfUnknownSize: unknownCount,
+            expectedBytes: sums.unknownCount == 0 ? sums.knownBytes : nil,
+            knownExpectedBytes: sums.knownBytes,
+            filesOfUnknownSize: sums.unknownCount,
             fractionCompleted: fraction,
             bytesPerSecond: self.rate.bytesPerSecond,
             estimatedTimeRemaining: allFinished
-                ? .zero : estimatedTime(remainingBytes: remaining, bytesPerSecond: self.rate.bytesPerSecond)
+                ? .zero
+                : estimatedTime(remainingBytes: Int64(max(0, weight - done)), bytesPerSecond: self.rate.bytesPerSecond)
         )
     }
 }

@@ -1,0 +1,9 @@
+#ifndef C_HAUL_SYSTEM_H
+#define C_HAUL_SYSTEM_H
+
+/// Renames `from` to `to` unless `to` exists, in one atomic call: `renameat2(RENAME_NOREPLACE)` on Linux,
+/// `renamex_np(RENAME_EXCL)` on Darwin. Returns 0, or -1 with errno set: EEXIST when `to` exists, ENOTSUP when the
+/// system or file system cannot do it (the caller then falls back to link and unlink).
+int haul_rename_noreplace(const char *from, const char *to);
+
+#endif

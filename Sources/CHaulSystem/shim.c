@@ -1,0 +1,21 @@
+#define _GNU_SOURCE
+#include "CHaulSystem.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+
+int haul_rename_noreplace(const char *from, const char *to) {
+#if defined(__linux__) && defined(RENAME_NOREPLACE)
+    int result = renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+    if (result == 0 || (errno != EINVAL && errno != ENOSYS)) {
+        return result;
+    }
+#elif defined(__APPLE__) && defined(RENAME_EXCL)
+    int result = renamex_np(from, to, RENAME_EXCL);
+    if (result == 0 || (errno != ENOTSUP && errno != EINVAL)) {
+        return result;
+    }
+#endif
+    errno = ENOTSUP;
+    return -1;
+}
