@@ -17,12 +17,13 @@ public final class Batch: Sendable {
     /// - Throws: ``HaulError/Code/batchFinished`` when every transfer of the batch has already finished.
     public func add(_ request: TransferRequest) throws {
         let id = self.id
+        let persisted = self.manager.lookUp([request])[0]
         try self.manager.withCore { core, aftermath throws(HaulError) in
             guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
             guard core.batches[id]?.isFinished == false else {
                 throw HaulError(.batchFinished, "Batch \(id) has finished; start a new batch")
             }
-            core.add(request, to: id, aftermath: &aftermath)
+            core.add(request, to: id, persisted: persisted, aftermath: &aftermath)
         }
     }
 

@@ -8,6 +8,20 @@ public struct CompletedFile: Hashable, Sendable {
     public var byteCount: Int64
     /// Its SHA-256 in lower-case hex, when a SHA-256 checksum was given or hashing was asked for.
     public var sha256: String?
+    /// Its modification time when it was published (seconds since 1970): how a later run tells it is unchanged.
+    var modificationTime: Double?
+
+    /// Creates a value (for tests and adapters; the manager makes its own).
+    public init(path: URL, byteCount: Int64, sha256: String?) {
+        self.init(path: path, byteCount: byteCount, sha256: sha256, modificationTime: nil)
+    }
+
+    init(path: URL, byteCount: Int64, sha256: String?, modificationTime: Double?) {
+        self.path = path
+        self.byteCount = byteCount
+        self.sha256 = sha256
+        self.modificationTime = modificationTime
+    }
 }
 
 /// How one transfer ended.

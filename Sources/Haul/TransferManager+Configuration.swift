@@ -49,6 +49,11 @@ extension TransferManager {
         /// Whether a redirect from https to http is followed. Default `false`: a downgrade would expose the request
         /// and the file to the network.
         public var allowsInsecureRedirects: Bool = false
+        /// Where batches and transfers are recorded, so that they survive the process; `nil` records nothing.
+        /// With a store, a manager's scope that ends stops its transfers and keeps their partial files, and a
+        /// request for a transfer the store knows resumes its partial file, or is not fetched at all if its file
+        /// completed and is unchanged. Default `nil`: the library never writes outside the destination unasked.
+        public var store: TransferStore? = nil
         /// The `User-Agent` sent with every request, unless a request's headers set one.
         public var userAgent: String = "Haul/0.1"
 

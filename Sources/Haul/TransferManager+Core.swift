@@ -23,6 +23,8 @@ extension TransferManager {
         var result: TransferResult?
         /// Why the partial file was discarded, each time it was.
         var restarts: [String] = []
+        /// When progress was last written to the store, and how much.
+        var lastCheckpoint: (at: ContinuousClock.Instant, bytes: Int64)?
 
         var state: TransferState {
             switch self.machine.state {
@@ -89,6 +91,8 @@ extension TransferManager {
     struct Core: Sendable {
         let configuration: Configuration
         let starts: AsyncStream<TransferID>.Continuation
+        /// Where changes are recorded, when the manager has a store.
+        let store: StoreWriter?
         var scheduler: Scheduler.StateMachine
         var transfers: [TransferID: Record] = [:]
         var batches: [BatchID: BatchRecord] = [:]
@@ -99,9 +103,10 @@ extension TransferManager {
         var nextSubscriberID = 0
         var isShutDown = false
 
-        init(configuration: Configuration, starts: AsyncStream<TransferID>.Continuation) {
+        init(configuration: Configuration, starts: AsyncStream<TransferID>.Continuation, store: StoreWriter?) {
             self.configuration = configuration
             self.starts = starts
+            self.store = store
             self.scheduler = Scheduler.StateMachine(
                 maximumConcurrent: configuration.maximumConcurrentTransfers,
                 maximumPerHost: configuration.maximumTransfersPerHost)
@@ -109,17 +114,21 @@ extension TransferManager {
 
         // MARK: Submitting
 
-        mutating func makeBatch(sealed: Bool) -> BatchID {
-            let id = BatchID(self.nextBatchID)
-            self.nextBatchID += 1
+        /// Creates a batch; with a store, `storedID` is the identifier the store gave it.
+        mutating func makeBatch(sealed: Bool, storedID: BatchID? = nil) -> BatchID {
+            let id = storedID ?? BatchID(self.nextBatchID)
+            self.nextBatchID = max(self.nextBatchID, id.rawValue) + 1
             var batch = BatchRecord()
             batch.isSealed = sealed
             self.batches[id] = batch
             return id
         }
 
-        /// Adds a request to a batch: a new transfer, a join of a known one, or an immediate failure.
-        mutating func add(_ request: TransferRequest, to batchID: BatchID, aftermath: inout Aftermath) {
+        /// Adds a request to a batch: a new transfer, a join of a known one, a file the store knows is complete, or
+        /// an immediate failure. `persisted` is what the store knew of the request, read before the lock.
+        mutating func add(
+            _ request: TransferRequest, to batchID: BatchID, persisted: Persisted? = nil, aftermath: inout Aftermath
+        ) {
             let now = ContinuousClock.now
             let index = self.batches[batchID]!.order.count
             self.batches[batchID]!.order.append((request.id, request.url))
@@ -141,16 +150,35 @@ extension TransferManager {
                 }
                 // It failed, was cancelled or skipped: a new submission starts it afresh.
             }
-            guard let record = Self.makeRecord(for: request, configuration: self.configuration) else {
+            guard var newRecord = Self.makeRecord(for: request, configuration: self.configuration) else {
                 let error = HaulError(.invalidRequest, "Only http and https URLs with a host can be downloaded: \(request.url.absoluteString)")
                 self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                 return
             }
-            var newRecord = record
+            if let persisted {
+                persisted.restore(into: &newRecord)
+            }
+            if let completed = persisted?.completedFile {
+                // Completed by an earlier process, and the file is still there unchanged: no request at all.
+                newRecord.machine = Download.StateMachine(finished: .completed)
+                newRecord.result = .completed(completed)
+                newRecord.receivedBytes = completed.byteCount
+                newRecord.expectedBytes = completed.byteCount
+                self.transfers[request.id] = newRecord
+                self.store?.enqueue(.insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .completed)))
+                self.batches[batchID]!.tracker.added(request.id, expectedBytes: completed.byteCount)
+                self.settle(index: index, in: batchID, result: .completed(completed), at: now, aftermath: &aftermath)
+                return
+            }
+            let record = newRecord
             newRecord.batches = [batchID]
             self.transfers[request.id] = newRecord
+            self.store?.enqueue(.insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .waiting)))
             self.batches[batchID]!.pending[request.id, default: []].append(index)
-            self.batches[batchID]!.tracker.added(request.id, expectedBytes: request.expectedByteCount)
+            self.batches[batchID]!.tracker.added(request.id, expectedBytes: record.expectedBytes ?? request.expectedByteCount)
+            if record.receivedBytes > 0 {
+                self.batches[batchID]!.tracker.progressed(request.id, receivedBytes: record.receivedBytes, expectedBytes: record.expectedBytes)
+            }
             self.emit(request.id, .queued)
             self.start(self.scheduler.enqueue(request.id, host: record.host))
         }
@@ -306,10 +334,27 @@ extension TransferManager {
             }
         }
 
-        /// Stops everything for good: the manager's scope is ending.
+        /// Stops everything for good: the manager's scope is ending. With a store, transfers are stopped and keep
+        /// their partial files (a later manager resumes them); without one, they are cancelled.
         mutating func shutDown(aftermath: inout Aftermath) {
             self.isShutDown = true
-            for id in Array(self.transfers.keys) { self.cancel(id, aftermath: &aftermath) }
+            if self.store != nil {
+                self.stopAll(aftermath: &aftermath)
+            } else {
+                for id in Array(self.transfers.keys) { self.cancel(id, aftermath: &aftermath) }
+            }
+        }
+
+        /// Stops every transfer, keeping partial files and the store's record of them, and ends every batch with
+        /// what was unfinished reported as cancelled.
+        mutating func stopAll(aftermath: inout Aftermath) {
+            for id in Array(self.transfers.keys) { self.pause(id, aftermath: &aftermath) }
+            for batchID in Array(self.batches.keys) {
+                guard let pending = self.batches[batchID]?.pending, self.batches[batchID]?.isFinished == false else { continue }
+                for id in pending.keys { self.settle(id, in: batchID, result: .cancelled, at: .now, aftermath: &aftermath) }
+                self.batches[batchID]!.isSealed = true
+                self.finishIfDone(batchID, aftermath: &aftermath)
+            }
         }
 
         private mutating func apply(
@@ -364,6 +409,10 @@ extension TransferManager {
             record.expectedBytes = expectedBytes ?? record.request.expectedByteCount
             record.receivedBytes = receivedBytes
             self.transfers[id] = record
+            self.store?.enqueue(
+                .validator(
+                    id, etag: record.validator?.etag, lastModified: record.validator?.lastModified,
+                    totalSize: record.expectedBytes))
             for batchID in record.batches {
                 self.batches[batchID]?.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: record.expectedBytes)
             }
@@ -389,6 +438,12 @@ extension TransferManager {
             if due {
                 record.lastProgressEvent = now
                 record.lastReportedBytes = receivedBytes
+            }
+            if let store = self.store, receivedBytes != record.lastCheckpoint?.bytes,
+                record.lastCheckpoint.map({ now - $0.at >= Self.checkpointInterval }) ?? true
+            {
+                record.lastCheckpoint = (now, receivedBytes)
+                store.enqueue(.checkpoint(id, bytesOnDisk: receivedBytes))
             }
             self.transfers[id] = record
             if due { self.emit(id, .progressed(record.progress)) }
@@ -488,9 +543,57 @@ extension TransferManager {
         /// Sends a transfer's event to the manager's subscribers and to the batches that wait for it.
         private func emit(_ id: TransferID, _ kind: TransferEvent.Kind) {
             guard let record = self.transfers[id] else { return }
+            if let store = self.store { Self.persist(kind, of: record, id: id, to: store) }
             let event = TransferEvent(id: id, url: record.request.url, kind: kind)
             for subscriber in self.subscribers.values { subscriber.yield(event) }
             for batchID in record.batches { self.batches[batchID]?.events?.yield(.transfer(event)) }
         }
+    }
+}
+
+extension TransferManager.Core {
+    /// How often a running transfer's byte count is written to the store, at most. Half a second: a killed process
+    /// under-reports at most that much, and the partial file, not this number, is the truth when resuming.
+    static let checkpointInterval: Duration = .milliseconds(500)
+
+    /// The store operation for a transfer's event.
+    static func persist(_ kind: TransferEvent.Kind, of record: TransferManager.Record, id: TransferID, to store: StoreWriter) {
+        let attempts = record.machine.attempts
+        switch kind {
+        case .queued, .resumed: store.enqueue(.state(id, .waiting, attempts: attempts))
+        case .started: store.enqueue(.state(id, .running, attempts: attempts))
+        case .paused: store.enqueue(.state(id, .paused, attempts: attempts))
+        case .retrying: store.enqueue(.state(id, .waitingToRetry, attempts: attempts))
+        case .progressed, .restarted: break
+        case .finished(.completed(let file)): store.enqueue(.completed(id, file, modified: file.modificationTime))
+        case .finished(.failed(let error)): store.enqueue(.failed(id, error, attempts: attempts))
+        case .finished(.cancelled): store.enqueue(.state(id, .cancelled, attempts: attempts))
+        case .finished(.skipped): store.enqueue(.state(id, .skipped, attempts: attempts))
+        }
+    }
+
+    /// The store's row for a record.
+    func row(for record: TransferManager.Record, state: TransferState) -> TransferRow {
+        let secret = self.configuration.secretHeaderNames
+        let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }.map { [$0.name, $0.value] }
+        let (kind, path): (String, String) =
+            switch record.request.destination {
+            case .folder(let url): ("folder", url.standardizedFileURL.path)
+            case .file(let url): ("file", url.standardizedFileURL.path)
+            }
+        return TransferRow(
+            id: record.request.id.rawValue, url: record.request.url.absoluteString, destinationKind: kind,
+            destinationPath: path, folder: record.folder.path, nameComponents: Self.json(record.nameComponents),
+            usesContentDisposition: record.usesContentDisposition, conflictPolicy: record.conflictPolicy.description,
+            headers: Self.json(headers), checksum: record.request.checksum?.description,
+            expectedSize: record.request.expectedByteCount, computesSHA256: record.request.computesSHA256,
+            state: state.description, bytesOnDisk: record.receivedBytes, totalSize: record.expectedBytes,
+            etag: record.validator?.etag, lastModified: record.validator?.lastModified, attempts: 0, finalPath: nil,
+            finalSize: nil, finalModified: nil, sha256: nil, errorCode: nil, errorMessage: nil, httpStatus: nil,
+            updatedAt: Date().timeIntervalSince1970)
+    }
+
+    static func json<T: Encodable>(_ value: T) -> String {
+        String(decoding: (try? JSONEncoder().encode(value)) ?? Data("[]".utf8), as: UTF8.self)
     }
 }

@@ -18,6 +18,7 @@ public final class TransferManager: Sendable {
     public let configuration: Configuration
     let transport: HTTPTransport
     let core: NIOLockedValueBox<Core>
+    let storeWriter: StoreWriter?
     private let starts: AsyncStream<TransferID>
 
     private init(configuration: Configuration, client: HTTPClient) {
@@ -25,7 +26,8 @@ public final class TransferManager: Sendable {
         self.transport = HTTPTransport(client: client, configuration: configuration)
         let (starts, continuation) = AsyncStream<TransferID>.makeStream()
         self.starts = starts
-        self.core = NIOLockedValueBox(Core(configuration: configuration, starts: continuation))
+        self.storeWriter = configuration.store.map(StoreWriter.init(store:))
+        self.core = NIOLockedValueBox(Core(configuration: configuration, starts: continuation, store: self.storeWriter))
     }
 
     /// Creates a manager, runs `body` with it, then cancels what is left and releases every resource.
@@ -53,6 +55,7 @@ public final class TransferManager: Sendable {
                 }
                 manager.shutDown()
                 try await group.waitForAll()
+                manager.storeWriter?.flush()
                 return outcome
             }
         } catch {
@@ -85,6 +88,7 @@ public final class TransferManager: Sendable {
                 core.sampleProgress(at: .now)
                 return core.isShutDown
             }
+            self.storeWriter?.flush()
             if isShutDown { return }
         }
     }
@@ -141,15 +145,62 @@ public final class TransferManager: Sendable {
     /// - Throws: ``HaulError/Code/managerShutDown`` after the manager's scope has ended.
     @discardableResult
     public func enqueue(_ requests: [TransferRequest]) throws -> Batch {
+        try self.enqueue(requests, storedBatch: nil)
+    }
+
+    private func enqueue(_ requests: [TransferRequest], storedBatch: BatchID?) throws -> Batch {
+        let storedID = try storedBatch ?? self.createStoredBatch()
+        let persisted = self.lookUp(requests)
         let id = try self.withCore { core, aftermath throws(HaulError) -> BatchID in
             guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
-            let id = core.makeBatch(sealed: true)
-            for request in requests { core.add(request, to: id, aftermath: &aftermath) }
+            // Sealed only once every request is in: an item that settles at once must not end the batch early.
+            let id = core.makeBatch(sealed: false, storedID: storedID)
+            for (request, persisted) in zip(requests, persisted) {
+                core.add(request, to: id, persisted: persisted, aftermath: &aftermath)
+            }
+            core.batches[id]!.isSealed = true
             core.finishIfDone(id, aftermath: &aftermath)
             return id
         }
         return Batch(id: id, manager: self)
     }
+
+    /// Continues a batch the store knows (from an earlier process): its transfers are submitted again under the
+    /// same batch; completed files that are unchanged are not fetched, partial files resume.
+    ///
+    /// - Throws: ``HaulError/Code/invalidRequest`` when the manager has no store or the store does not know the batch.
+    public func resumeStoredBatch(_ id: BatchID) throws -> Batch {
+        guard let store = self.configuration.store else {
+            throw HaulError(.invalidRequest, "This manager has no store to resume batch \(id) from")
+        }
+        let rows: [TransferRow]
+        do {
+            rows = try store.rows(inBatch: id)
+        } catch {
+            throw HaulError(.fileSystem, "Cannot read the store", underlying: error)
+        }
+        guard !rows.isEmpty else { throw HaulError(.invalidRequest, "The store has no batch \(id)") }
+        return try self.enqueue(rows.compactMap(\.request), storedBatch: id)
+    }
+
+    /// The store's identifier for a new batch, when the manager has a store.
+    private func createStoredBatch() throws(HaulError) -> BatchID? {
+        guard let store = self.configuration.store else { return nil }
+        do {
+            return try store.createBatch()
+        } catch {
+            throw HaulError(.fileSystem, "Cannot record the batch in the store", underlying: error)
+        }
+    }
+
+    /// What the store knows of each request, read before the lock (a database read and a few `stat` calls each).
+    func lookUp(_ requests: [TransferRequest]) -> [Persisted?] {
+        guard let store = self.configuration.store else { return Array(repeating: nil, count: requests.count) }
+        return requests.map { Persisted.lookUp($0, in: store) }
+    }
+
+    /// The last error writing to the store, if any: the transfers go on without it, so check it after a batch.
+    public var storeError: (any Error)? { self.storeWriter?.lastError }
 
     /// Submits one request as a batch of its own.
     @discardableResult
@@ -160,9 +211,10 @@ public final class TransferManager: Sendable {
     /// Creates an empty, open batch to add transfers to one at a time (from a stream of input, say). It finishes
     /// once ``Batch/seal()`` has been called and every transfer in it has finished.
     public func makeBatch() throws -> Batch {
+        let storedID = try self.createStoredBatch()
         let id = try self.withCore { core, _ throws(HaulError) -> BatchID in
             guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
-            return core.makeBatch(sealed: false)
+            return core.makeBatch(sealed: false, storedID: storedID)
         }
         return Batch(id: id, manager: self)
     }
@@ -196,6 +248,10 @@ public final class TransferManager: Sendable {
             for id in Array(core.transfers.keys) { core.resume(id, aftermath: &aftermath) }
         }
     }
+
+    /// Stops every transfer, keeping partial files (and, with a store, the record to resume them), and ends every
+    /// batch with its unfinished transfers reported as cancelled: what a command does on Ctrl-C.
+    public func stopAll() { self.withCore { $0.stopAll(aftermath: &$1) } }
 
     /// Cancels every unfinished transfer of every batch.
     public func cancelAll() {

@@ -170,6 +170,18 @@ struct BatchDownloadTests {
         }
     }
 
+    @Test func anItemThatFailsAtOnceDoesNotEndTheBatchBeforeTheRestIsAdded() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/ok": .init(body: [1, 2, 3])]) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.download([URL(string: "ftp://example.com/a")!, server.url("/ok")], into: folder)
+                }
+                #expect(report.items.count == 2)
+                #expect(report.completed.count == 1)
+            }
+        }
+    }
+
     @Test func failsAnUnsupportedSchemeOnItsOwn() async throws {
         try await withTemporaryDirectory { folder in
             let report = try await TransferManager.withTransferManager { manager in

@@ -67,6 +67,14 @@ extension Download {
         }
 
         private(set) var state: State = .waiting
+
+        init() {}
+
+        /// A machine for a transfer that ended before this process (the store knows it completed).
+        init(finished: TransferState) {
+            precondition(finished.isFinished, "\(finished) is not a finished state")
+            self.state = .finished(finished)
+        }
         /// Attempts started since the transfer was queued or last resumed by the caller.
         private(set) var attempts = 0
 

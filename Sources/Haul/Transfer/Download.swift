@@ -309,7 +309,12 @@ extension Download {
         var components = plan.nameComponents
         let name = components.removeLast()
         func path(_ name: String) -> URL { plan.finalPath(components + [name]) }
-        let completed = { (target: URL) in AttemptOutcome.completed(CompletedFile(path: target, byteCount: byteCount, sha256: sha256)) }
+        let completed = { (target: URL) in
+            AttemptOutcome.completed(
+                CompletedFile(
+                    path: target, byteCount: byteCount, sha256: sha256,
+                    modificationTime: Persisted.sizeAndModification(target.path)?.1))
+        }
 
         if plan.conflictPolicy == .overwrite {
             try PartialFile.publishReplacing(part, at: path(name))

@@ -1,0 +1,75 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What the store knew of a request when it was submitted: read before the manager's lock is taken, because it
+/// takes a database read and a few `stat` calls.
+struct Persisted: Sendable {
+    var row: TransferRow
+    /// The finished file, when the store says the transfer completed and the file is still there, unchanged
+    /// (same size and modification time).
+    var completedFile: CompletedFile?
+    /// The size of the partial file on disk: the truth for where a download resumes.
+    var partialBytes: Int64
+
+    /// Looks a request up in the store; `nil` when the store has no row for it or the row is for another URL or
+    /// destination (a caller-chosen identifier reused).
+    static func lookUp(_ request: TransferRequest, in store: TransferStore) -> Persisted? {
+        guard let row = try? store.row(request.id), row.url == request.url.absoluteString,
+            row.destinationPath == request.destination.storedPath
+        else { return nil }
+        var completed: CompletedFile?
+        if row.state == TransferState.completed.description, let finalPath = row.finalPath,
+            let (size, modified) = Self.sizeAndModification(finalPath), size == row.finalSize, modified == row.finalModified
+        {
+            completed = CompletedFile(path: URL(filePath: finalPath), byteCount: size, sha256: row.sha256, modificationTime: modified)
+        }
+        let components = (try? JSONDecoder().decode([String].self, from: Data(row.nameComponents.utf8))) ?? []
+        var partialBytes: Int64 = 0
+        if !components.isEmpty {
+            let part = Download.partPath(id: request.id, folder: URL(filePath: row.folder, directoryHint: .isDirectory), nameComponents: components)
+            partialBytes = (try? PartialFile.size(of: part)) ?? 0
+        }
+        return Persisted(row: row, completedFile: completed, partialBytes: partialBytes)
+    }
+
+    /// Puts what the store knew into a new record: the same file names (so the partial file is found again, and a
+    /// UUID-prefixed name stays the same), and the validators to resume with.
+    func restore(into record: inout TransferManager.Record) {
+        if let components = try? JSONDecoder().decode([String].self, from: Data(self.row.nameComponents.utf8)),
+            !components.isEmpty
+        {
+            record.nameComponents = components
+            record.folder = URL(filePath: self.row.folder, directoryHint: .isDirectory)
+        }
+        let validator = Download.Validator(etag: self.row.etag, lastModified: self.row.lastModified, completeLength: self.row.totalSize)
+        if validator.ifRangeValue != nil { record.validator = validator }
+        record.receivedBytes = self.partialBytes
+        record.expectedBytes = self.row.totalSize ?? record.request.expectedByteCount
+    }
+
+    /// A regular file's size and modification time (seconds since 1970), not following links.
+    static func sizeAndModification(_ path: String) -> (Int64, Double)? {
+        var status = stat()
+        guard lstat(path, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else { return nil }
+        #if canImport(Darwin)
+        let modified = Double(status.st_mtimespec.tv_sec) + Double(status.st_mtimespec.tv_nsec) / 1e9
+        #else
+        let modified = Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9
+        #endif
+        return (Int64(status.st_size), modified)
+    }
+}
+
+extension TransferRequest.Destination {
+    /// The destination's path as the store records it.
+    var storedPath: String {
+        switch self {
+        case .folder(let url), .file(let url): url.standardizedFileURL.path
+        }
+    }
+}

@@ -1,0 +1,248 @@
+import Foundation
+import GRDB
+
+/// The persistent queue: batches and their transfers in SQLite, so that a batch outlives the process that started
+/// it. A manager given a store records every request, state change, validator and checkpoint in it; a later manager
+/// on the same store resumes partial files with a validated `Range` request and skips files already completed.
+///
+/// A file store uses SQLite's write-ahead log, so several processes can share it: readers never block the writer.
+public final class TransferStore: Sendable {
+    let database: any DatabaseWriter
+
+    /// Opens (creating it and its folders) the store at `path`, and brings its schema up to date.
+    public init(path: URL) throws {
+        try FileManager.default.createDirectory(at: path.deletingLastPathComponent(), withIntermediateDirectories: true)
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            // NORMAL is durable across a killed process in WAL mode; only a power loss may lose the last commits.
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        self.database = try DatabasePool(path: path.path, configuration: configuration)
+        try Self.migrator.migrate(self.database)
+    }
+
+    /// A store in memory, gone with the process: for callers that want the store's queries without a file.
+    public init() throws {
+        self.database = try DatabaseQueue()
+        try Self.migrator.migrate(self.database)
+    }
+
+    /// The schema, as named migrations. A released migration never changes: new needs get new migrations.
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1: batches and transfers") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE batch (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        createdAt DOUBLE NOT NULL
+                    );
+                    CREATE TABLE transfer (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        url TEXT NOT NULL,
+                        destinationKind TEXT NOT NULL,
+                        destinationPath TEXT NOT NULL,
+                        folder TEXT NOT NULL,
+                        nameComponents TEXT NOT NULL,
+                        usesContentDisposition BOOLEAN NOT NULL,
+                        conflictPolicy TEXT NOT NULL,
+                        headers TEXT NOT NULL,
+                        checksum TEXT,
+                        expectedSize INTEGER,
+                        computesSHA256 BOOLEAN NOT NULL,
+                        state TEXT NOT NULL,
+                        bytesOnDisk INTEGER NOT NULL DEFAULT 0,
+                        totalSize INTEGER,
+                        etag TEXT,
+                        lastModified TEXT,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        finalPath TEXT,
+                        finalSize INTEGER,
+                        finalModified DOUBLE,
+                        sha256 TEXT,
+                        errorCode TEXT,
+                        errorMessage TEXT,
+                        httpStatus INTEGER,
+                        updatedAt DOUBLE NOT NULL
+                    );
+                    CREATE TABLE batchItem (
+                        batchID INTEGER NOT NULL REFERENCES batch(id) ON DELETE CASCADE,
+                        position INTEGER NOT NULL,
+                        transferID TEXT NOT NULL REFERENCES transfer(id),
+                        PRIMARY KEY (batchID, position)
+                    );
+                    CREATE INDEX batchItemTransfer ON batchItem(transferID);
+                    """)
+        }
+        return migrator
+    }
+
+    // MARK: Queries
+
+    /// Every batch, oldest first, with the state of its transfers.
+    public func batches() throws -> [StoredBatch] {
+        try self.database.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT batch.id, batch.createdAt, transfer.state, COUNT(*) AS count,
+                           SUM(transfer.bytesOnDisk) AS bytes, SUM(transfer.totalSize) AS total
+                    FROM batch JOIN batchItem ON batchItem.batchID = batch.id
+                    JOIN transfer ON transfer.id = batchItem.transferID
+                    GROUP BY batch.id, transfer.state ORDER BY batch.id
+                    """)
+            var batches: [Int: StoredBatch] = [:]
+            for row in rows {
+                let id: Int = row["id"]
+                var batch = batches[id] ?? StoredBatch(id: BatchID(id), createdAt: Date(timeIntervalSince1970: row["createdAt"]))
+                let count: Int = row["count"]
+                batch.transferCounts[row["state"] ?? "waiting", default: 0] += count
+                batch.bytesOnDisk += row["bytes"] ?? 0
+                batch.knownTotalBytes += row["total"] ?? 0
+                batches[id] = batch
+            }
+            let empty = try Row.fetchAll(
+                db, sql: "SELECT id, createdAt FROM batch WHERE id NOT IN (SELECT batchID FROM batchItem)")
+            for row in empty {
+                let id: Int = row["id"]
+                batches[id] = StoredBatch(id: BatchID(id), createdAt: Date(timeIntervalSince1970: row["createdAt"]))
+            }
+            return batches.values.sorted { $0.id.rawValue < $1.id.rawValue }
+        }
+    }
+
+    /// The batches that still have transfers to do (waiting, running, waiting to retry, or paused).
+    public func unfinishedBatches() throws -> [StoredBatch] {
+        try self.batches().filter { !$0.isFinished }
+    }
+
+    /// The transfers of a batch, in the order they were added.
+    public func transfers(inBatch id: BatchID) throws -> [StoredTransfer] {
+        try self.database.read { db in
+            try TransferRow.fetchAll(
+                db,
+                sql: """
+                    SELECT transfer.* FROM batchItem JOIN transfer ON transfer.id = batchItem.transferID
+                    WHERE batchItem.batchID = ? ORDER BY batchItem.position
+                    """, arguments: [id.rawValue]
+            ).map(StoredTransfer.init)
+        }
+    }
+
+    /// A transfer by its identifier, as last recorded (HWIFileDownload's identifiers survive restarts).
+    public func transfer(_ id: TransferID) throws -> StoredTransfer? {
+        try self.row(id).map(StoredTransfer.init)
+    }
+
+    /// Forgets batches whose transfers have all finished, and transfers no batch refers to any more.
+    /// - Returns: how many batches were forgotten.
+    @discardableResult
+    public func forgetFinishedBatches() throws -> Int {
+        let finished = try self.batches().filter(\.isFinished).map(\.id.rawValue)
+        try self.database.write { db in
+            for id in finished {
+                try db.execute(sql: "DELETE FROM batchItem WHERE batchID = ?", arguments: [id])
+                try db.execute(sql: "DELETE FROM batch WHERE id = ?", arguments: [id])
+            }
+            try db.execute(sql: "DELETE FROM transfer WHERE id NOT IN (SELECT transferID FROM batchItem)")
+        }
+        return finished.count
+    }
+
+    // MARK: Used by the manager
+
+    func rows(inBatch id: BatchID) throws -> [TransferRow] {
+        try self.database.read { db in
+            try TransferRow.fetchAll(
+                db,
+                sql: """
+                    SELECT transfer.* FROM batchItem JOIN transfer ON transfer.id = batchItem.transferID
+                    WHERE batchItem.batchID = ? ORDER BY batchItem.position
+                    """, arguments: [id.rawValue])
+        }
+    }
+
+    func row(_ id: TransferID) throws -> TransferRow? {
+        try self.database.read { db in try TransferRow.fetchOne(db, key: id.rawValue) }
+    }
+
+    /// Creates a batch and returns its identifier.
+    func createBatch() throws -> BatchID {
+        try self.database.write { db in
+            try db.execute(sql: "INSERT INTO batch (createdAt) VALUES (?)", arguments: [Date().timeIntervalSince1970])
+            return BatchID(Int(db.lastInsertedRowID))
+        }
+    }
+
+    /// Applies operations in one transaction.
+    func apply(_ operations: [StoreOperation]) throws {
+        guard !operations.isEmpty else { return }
+        try self.database.write { db in
+            for operation in operations { try operation.apply(db) }
+        }
+    }
+}
+
+/// A batch as the store knows it.
+public struct StoredBatch: Sendable, Hashable {
+    /// The batch's identifier (stable across processes).
+    public var id: BatchID
+    /// When it was created.
+    public var createdAt: Date
+    /// How many of its transfers are in each state (`waiting`, `completed`, ...).
+    public var transferCounts: [String: Int] = [:]
+    /// Bytes on disk over its transfers, at the last checkpoint.
+    public var bytesOnDisk: Int64 = 0
+    /// The sum of the sizes known so far.
+    public var knownTotalBytes: Int64 = 0
+
+    /// How many transfers it has.
+    public var transferCount: Int { self.transferCounts.values.reduce(0, +) }
+
+    /// Whether every transfer has finished (completed, failed, cancelled or skipped).
+    public var isFinished: Bool {
+        self.transferCounts.keys.allSatisfy { ["completed", "failed", "cancelled", "skipped"].contains($0) }
+    }
+}
+
+/// A transfer as the store knows it.
+public struct StoredTransfer: Sendable, Hashable {
+    /// The identifier.
+    public var id: TransferID
+    /// The URL.
+    public var url: URL
+    /// The state when last recorded: `waiting`, `running`, `waitingToRetry`, `paused`, `completed`, `failed`,
+    /// `cancelled`, `skipped`.
+    public var state: String
+    /// Bytes on disk at the last checkpoint (the partial file itself may hold more).
+    public var bytesOnDisk: Int64
+    /// The file's size, once known.
+    public var totalBytes: Int64?
+    /// Requests made for it.
+    public var attempts: Int
+    /// Where the finished file is.
+    public var finalPath: URL?
+    /// Its SHA-256, when computed.
+    public var sha256: String?
+    /// The error's code and message, when it failed.
+    public var errorCode: String?
+    /// The error's message, when it failed.
+    public var errorMessage: String?
+    /// The HTTP status of the failure, if a server answered.
+    public var httpStatus: Int?
+
+    init(_ row: TransferRow) {
+        self.id = TransferID(row.id)
+        self.url = URL(string: row.url)!
+        self.state = row.state
+        self.bytesOnDisk = row.bytesOnDisk
+        self.totalBytes = row.totalSize
+        self.attempts = row.attempts
+        self.finalPath = row.finalPath.map { URL(filePath: $0) }
+        self.sha256 = row.sha256
+        self.errorCode = row.errorCode
+        self.errorMessage = row.errorMessage
+        self.httpStatus = row.httpStatus
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import Haul
+import HaulTesting
+import Testing
+
+@Suite("Surviving a restart with a store", .timeLimit(.minutes(2)))
+struct PersistenceTests {
+    static let done = FaultInjectingServer.body(size: 50_000, seed: 1)
+    static let big = FaultInjectingServer.body(size: 400_000, seed: 2)
+
+    func configuration(_ store: TransferStore) -> TransferManager.Configuration {
+        var configuration = TransferManager.Configuration.retrying()
+        configuration.store = store
+        return configuration
+    }
+
+    /// Runs a first manager until `big` has 60,000 bytes on disk (the server stalls there), then ends its scope.
+    func interruptedFirstRun(server: FaultInjectingServer, folder: URL, store: TransferStore) async throws -> BatchReport {
+        try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
+            let batch = try manager.enqueue([
+                TransferRequest(url: server.url("/done"), into: folder),
+                TransferRequest(url: server.url("/big"), destination: .folder(folder), headers: [("Authorization", "Bearer s3cret")]),
+            ])
+            for await event in batch.events {
+                if case .transfer(let transfer) = event, case .progressed(let progress) = transfer.kind,
+                    transfer.url.path == "/big", progress.receivedBytes >= 60_000, manager.state(of: TransferRequest(url: server.url("/done"), into: folder).id) == .completed
+                {
+                    break
+                }
+            }
+            return batch
+        }.report()
+    }
+
+    func resources() -> [String: FaultInjectingServer.Resource] {
+        [
+            "/done": .init(body: Self.done),
+            "/big": .init(body: Self.big, chunkSize: 20_000, chunkDelay: .milliseconds(2), faults: [.stall(afterBytes: 60_000)]),
+        ]
+    }
+
+    @Test func aRerunSkipsCompletedFilesWithoutARequestAndResumesPartialOnesWithAValidatedRange() async throws {
+        try await FaultInjectingServer.withServer(resources: self.resources()) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state/state.sqlite"))
+                let first = try await self.interruptedFirstRun(server: server, folder: folder, store: store)
+                #expect(first.completed.count == 1)
+                #expect(first.cancelled.count == 1)
+                #expect(names(in: folder).contains { $0.hasSuffix(".part") }, "the partial file is kept")
+
+                let before = server.requests.count
+                let second = try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
+                    try await manager.enqueue([
+                        TransferRequest(url: server.url("/done"), into: folder),
+                        TransferRequest(url: server.url("/big"), destination: .folder(folder), headers: [("Authorization", "Bearer s3cret")]),
+                    ]).report()
+                }
+                #expect(second.completed.count == 2, "\(second.items.map(\.result))")
+                let rerun = Array(server.requests.dropFirst(before))
+                #expect(rerun.map(\.path) == ["/big"], "no request for the file already complete")
+                #expect(rerun.first?.range == "bytes=60000-")
+                #expect(rerun.first?.ifRange == self.resources()["/big"]?.etag)
+                #expect(contents(of: folder.appending(path: "big")) == Self.big)
+                #expect(contents(of: folder.appending(path: "done")) == Self.done)
+                #expect(names(in: folder).filter { $0.hasSuffix(".part") }.isEmpty)
+            }
+        }
+    }
+
+    @Test func aCompletedFileThatWasDeletedOrChangedIsDownloadedAgain() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/done": .init(body: Self.done)]) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let request = TransferRequest(url: server.url("/done"), destination: .folder(folder.appending(path: "out")), conflictPolicy: .overwrite)
+                for change in ["none", "delete", "change"] {
+                    let file = folder.appending(path: "out/done")
+                    if change == "delete" { try FileManager.default.removeItem(at: file) }
+                    if change == "change" { try Data("edited".utf8).write(to: file) }
+                    let before = server.requests.count
+                    let report = try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
+                        try await manager.enqueue(request).report()
+                    }
+                    #expect(report.completed.count == 1)
+                    #expect(contents(of: file) == Self.done)
+                    let requested = server.requests.count - before
+                    #expect(requested == (change == "none" && before > 0 ? 0 : 1), "\(change)")
+                }
+            }
+        }
+    }
+
+    @Test func identifiersSurviveARestartAndSecretsAreNeverStored() async throws {
+        try await FaultInjectingServer.withServer(resources: self.resources()) { server in
+            try await withTemporaryDirectory { folder in
+                let path = folder.appending(path: "state.sqlite")
+                _ = try await self.interruptedFirstRun(server: server, folder: folder, store: try TransferStore(path: path))
+                let reopened = try TransferStore(path: path)
+                let id = TransferRequest(url: server.url("/done"), into: folder).id
+                let stored = try #require(try reopened.transfer(id))
+                #expect(stored.state == "completed")
+                #expect(stored.finalPath?.lastPathComponent == "done")
+                let big = try #require(try reopened.transfer(TransferRequest(url: server.url("/big"), into: folder).id))
+                #expect(big.state == "paused")
+                let database = try String(contentsOf: path, encoding: .isoLatin1)
+                    + ((try? String(contentsOf: folder.appending(path: "state.sqlite-wal"), encoding: .isoLatin1)) ?? "")
+                #expect(!database.contains("s3cret"))
+            }
+        }
+    }
+
+    @Test func resumesAStoredBatchUnderItsOwnIdentifier() async throws {
+        try await FaultInjectingServer.withServer(resources: self.resources()) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let first = try await self.interruptedFirstRun(server: server, folder: folder, store: store)
+                #expect(try store.unfinishedBatches().map(\.id) == [first.batchID])
+                let report = try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
+                    try await manager.resumeStoredBatch(first.batchID).report()
+                }
+                #expect(report.batchID == first.batchID)
+                #expect(report.completed.count == 2)
+                #expect(try store.unfinishedBatches().isEmpty)
+                #expect(contents(of: folder.appending(path: "big")) == Self.big)
+            }
+        }
+    }
+}

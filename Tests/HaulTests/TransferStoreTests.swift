@@ -1,0 +1,90 @@
+import Foundation
+import Testing
+
+@testable import Haul
+
+@Suite("The store")
+struct TransferStoreTests {
+    func row(_ id: String, state: TransferState = .waiting) -> TransferRow {
+        TransferRow(
+            id: id, url: "http://h/\(id)", destinationKind: "folder", destinationPath: "/tmp/x", folder: "/tmp/x",
+            nameComponents: "[\"\(id)\"]", usesContentDisposition: false, conflictPolicy: "rename",
+            headers: "[[\"X-A\",\"1\"]]", checksum: nil, expectedSize: nil, computesSHA256: false,
+            state: state.description, bytesOnDisk: 0, totalSize: nil, etag: nil, lastModified: nil, attempts: 0,
+            finalPath: nil, finalSize: nil, finalModified: nil, sha256: nil, errorCode: nil, errorMessage: nil,
+            httpStatus: nil, updatedAt: 0)
+    }
+
+    @Test func migratesAnEmptyDatabaseAndNamesItsMigrations() throws {
+        let store = try TransferStore()
+        let applied = try store.database.read { try TransferStore.migrator.appliedIdentifiers($0) }
+        #expect(applied == ["v1: batches and transfers"])
+        #expect(try store.batches().isEmpty)
+    }
+
+    @Test func recordsStateChangesValidatorsCheckpointsAndResults() throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        try store.apply([
+            .insertItem(batchID: batch, position: 0, row: self.row("a")),
+            .insertItem(batchID: batch, position: 1, row: self.row("b")),
+            .state("a", .running, attempts: 1),
+            .validator("a", etag: "\"e\"", lastModified: nil, totalSize: 100),
+            .checkpoint("a", bytesOnDisk: 40),
+        ])
+        let a = try #require(try store.transfer("a"))
+        #expect(a.state == "running")
+        #expect(a.bytesOnDisk == 40)
+        #expect(a.totalBytes == 100)
+        #expect(a.attempts == 1)
+        #expect(try store.row("a")?.etag == "\"e\"")
+
+        try store.apply([
+            .completed("a", CompletedFile(path: URL(filePath: "/tmp/x/a"), byteCount: 100, sha256: "ff"), modified: 5),
+            .failed("b", HaulError(.httpStatus, "The server answered 404 Not Found", httpStatus: 404), attempts: 1),
+        ])
+        let stored = try store.transfers(inBatch: batch)
+        #expect(stored.map(\.state) == ["completed", "failed"])
+        #expect(stored[0].finalPath?.path == "/tmp/x/a")
+        #expect(stored[1].errorCode == "httpStatus")
+        #expect(stored[1].httpStatus == 404)
+        #expect(try store.batches().first?.isFinished == true)
+    }
+
+    @Test func listsOnlyUnfinishedBatchesToResumeAndForgetsFinishedOnes() throws {
+        let store = try TransferStore()
+        let done = try store.createBatch()
+        let open = try store.createBatch()
+        try store.apply([
+            .insertItem(batchID: done, position: 0, row: self.row("a", state: .completed)),
+            .insertItem(batchID: open, position: 0, row: self.row("b", state: .paused)),
+        ])
+        #expect(try store.unfinishedBatches().map(\.id) == [open])
+        #expect(try store.forgetFinishedBatches() == 1)
+        #expect(try store.batches().map(\.id) == [open])
+        #expect(try store.transfer("a") == nil, "a transfer no batch refers to is forgotten too")
+    }
+
+    @Test func aSecondSubmissionKeepsWhatTheFirstLearned() throws {
+        let store = try TransferStore()
+        let first = try store.createBatch()
+        try store.apply([
+            .insertItem(batchID: first, position: 0, row: self.row("a")),
+            .validator("a", etag: "\"e\"", lastModified: nil, totalSize: 100),
+            .checkpoint("a", bytesOnDisk: 40),
+        ])
+        let second = try store.createBatch()
+        try store.apply([.insertItem(batchID: second, position: 0, row: self.row("a"))])
+        #expect(try store.row("a")?.etag == "\"e\"")
+        #expect(try store.transfer("a")?.bytesOnDisk == 40)
+        #expect(try store.transfers(inBatch: second).map(\.id) == ["a"])
+    }
+
+    @Test func rebuildsTheRequestFromARow() throws {
+        let request = try #require(self.row("a").request)
+        #expect(request.url.absoluteString == "http://h/a")
+        #expect(request.id == "a")
+        #expect(request.headers.map(\.name) == ["X-A"])
+        #expect(request.destination == .folder(URL(filePath: "/tmp/x", directoryHint: .isDirectory)))
+    }
+}
