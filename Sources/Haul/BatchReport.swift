@@ -61,6 +61,21 @@ public struct BatchReport: Sendable {
         public var attempts: Int
         /// Why its partial file was discarded and the download started again from zero, each time it was.
         public var restarts: [String]
+
+        /// Creates a line (for tests and adapters; the manager makes its own).
+        public init(id: TransferID, url: URL, result: TransferResult, attempts: Int = 0, restarts: [String] = []) {
+            self.id = id
+            self.url = url
+            self.result = result
+            self.attempts = attempts
+            self.restarts = restarts
+        }
+    }
+
+    /// Creates a report (for tests, adapters, and merging the reports of several batches).
+    public init(batchID: BatchID, items: [Item]) {
+        self.batchID = batchID
+        self.items = items
     }
 
     /// The batch this reports on.

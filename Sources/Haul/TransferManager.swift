@@ -323,4 +323,10 @@ extension TransferManager: Download.Observer {
         self.core.withLockedValue { $0.restarted(id, reason: reason) }
     }
 
+    func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) {
+        // Synchronous, outside the lock, with everything queued before it: the record must be on disk before the
+        // rename, or a process killed right after the rename would download the file again under another name.
+        self.storeWriter?.flush(adding: .publishing(id, finalPath: path.path, size: byteCount))
+    }
+
 }

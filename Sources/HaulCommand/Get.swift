@@ -58,6 +58,8 @@ struct Get: AsyncParsableCommand {
     @Flag(name: [.customShort("q"), .long], help: "Print only failures.")
     var quiet = false
 
+    @OptionGroup var state: StateOptions
+
     func validate() throws {
         guard !self.urls.isEmpty || self.inputFile != nil else {
             throw ValidationError("Give at least one URL, or an input file with -i.")
@@ -105,8 +107,10 @@ struct Get: AsyncParsableCommand {
                 throw ExitCode(64)
             }
         }
-        let folder = URL(filePath: self.dir, directoryHint: .isDirectory)
+        // Absolute, so that the same command run from elsewhere names the same transfers in the state database.
+        let folder = URL(filePath: self.dir, directoryHint: .isDirectory).absoluteURL.standardizedFileURL
         var configuration = TransferManager.Configuration()
+        configuration.store = try self.state.openStore()
         configuration.maximumConcurrentTransfers = self.maxConcurrent
         configuration.maximumTransfersPerHost = self.maxPerHost
         configuration.conflictPolicy = ConflictPolicy(name: self.onConflict)!
@@ -121,7 +125,8 @@ struct Get: AsyncParsableCommand {
         let (report, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) { manager in
             let batch = try manager.makeBatch()
             let events = batch.events
-            let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { batch.cancel() }
+            // Ctrl-C or SIGTERM: stop every transfer, keep the partial files and the state, exit 130; rerunning resumes.
+            let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
             defer { interruption.stop() }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {

@@ -10,6 +10,6 @@ struct HaulCommand: AsyncParsableCommand {
             cancelled; 64 bad usage or invalid input (nothing was downloaded); 130 interrupted by SIGINT or SIGTERM.
             """,
         version: "0.1.0",
-        subcommands: [Get.self]
+        subcommands: [Get.self, Status.self, Resume.self]
     )
 }

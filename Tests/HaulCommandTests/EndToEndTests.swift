@@ -17,10 +17,20 @@ struct HaulProcess {
         var stderr: String
     }
 
-    static func run(_ arguments: [String], stdin: String? = nil) async throws -> Output {
+    /// A process running `haul` with a private state folder (`XDG_STATE_HOME`), so tests never touch the real one.
+    static func makeProcess(_ arguments: [String], stateHome: URL? = nil) -> Process {
         let process = Process()
         process.executableURL = self.executable
         process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["XDG_STATE_HOME"] = (stateHome ?? FileManager.default.temporaryDirectory.appending(path: "haul-state-\(UUID().uuidString)")).path
+        environment["NO_COLOR"] = "1"
+        process.environment = environment
+        return process
+    }
+
+    static func run(_ arguments: [String], stdin: String? = nil, stateHome: URL? = nil) async throws -> Output {
+        let process = self.makeProcess(arguments, stateHome: stateHome)
         let out = Pipe()
         let err = Pipe()
         process.standardOutput = out
@@ -151,9 +161,7 @@ struct EndToEndTests {
         let slow = FaultInjectingServer.Resource(body: FaultInjectingServer.body(size: 2_000_000, seed: 1), chunkSize: 10_000, chunkDelay: .milliseconds(20))
         try await FaultInjectingServer.withServer(resources: ["/slow.bin": slow]) { server in
             try await self.withFolder { folder in
-                let process = Process()
-                process.executableURL = HaulProcess.executable
-                process.arguments = ["get", server.url("/slow.bin").absoluteString, "-d", folder.path, "--json"]
+                let process = HaulProcess.makeProcess(["get", server.url("/slow.bin").absoluteString, "-d", folder.path, "--json"])
                 let out = Pipe()
                 process.standardOutput = out
                 process.standardError = FileHandle.nullDevice

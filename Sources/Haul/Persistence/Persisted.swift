@@ -30,9 +30,18 @@ struct Persisted: Sendable {
         }
         let components = (try? JSONDecoder().decode([String].self, from: Data(row.nameComponents.utf8))) ?? []
         var partialBytes: Int64 = 0
+        var partExists = false
         if !components.isEmpty {
             let part = Download.partPath(id: request.id, folder: URL(filePath: row.folder, directoryHint: .isDirectory), nameComponents: components)
+            partExists = PartialFile.exists(part)
             partialBytes = (try? PartialFile.size(of: part)) ?? 0
+        }
+        // Killed between the rename and the record of completion: the partial file is gone, and the file the
+        // store says it was being published to is there with its size.
+        if completed == nil, row.state != TransferState.completed.description, !partExists, let finalPath = row.finalPath,
+            let (size, modified) = Self.sizeAndModification(finalPath), size == row.finalSize
+        {
+            completed = CompletedFile(path: URL(filePath: finalPath), byteCount: size, sha256: row.sha256, modificationTime: modified)
         }
         return Persisted(row: row, completedFile: completed, partialBytes: partialBytes)
     }

@@ -21,12 +21,13 @@ final class StoreWriter: Sendable {
         self.pending.withLockedValue { $0.append(operation) }
     }
 
-    /// Writes what is queued now.
-    func flush() {
-        let operations = self.pending.withLockedValue { pending in
+    /// Writes what is queued now, and then `last`, in one transaction.
+    func flush(adding last: StoreOperation? = nil) {
+        var operations = self.pending.withLockedValue { pending in
             defer { pending = [] }
             return pending
         }
+        if let last { operations.append(last) }
         do {
             try self.store.apply(operations)
         } catch {

@@ -58,6 +58,9 @@ enum StoreOperation: Sendable {
     case validator(TransferID, etag: String?, lastModified: String?, totalSize: Int64?)
     case checkpoint(TransferID, bytesOnDisk: Int64)
     case completed(TransferID, CompletedFile, modified: Double?)
+    /// The file is about to be renamed to `finalPath`: recorded before the rename, so that a process killed right
+    /// after it still knows, on the next run, that the file there is this transfer's.
+    case publishing(TransferID, finalPath: String, size: Int64)
     case failed(TransferID, HaulError, attempts: Int)
 
     func apply(_ db: Database) throws {
@@ -104,6 +107,10 @@ enum StoreOperation: Sendable {
                 arguments: [
                     file.byteCount, file.byteCount, file.path.path, file.byteCount, modified, file.sha256, now, id.rawValue,
                 ])
+        case .publishing(let id, let finalPath, let size):
+            try db.execute(
+                sql: "UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ?",
+                arguments: [finalPath, size, now, id.rawValue])
         case .failed(let id, let error, let attempts):
             try db.execute(
                 sql: """

@@ -84,6 +84,8 @@ extension Download {
         func attemptStarted(_ id: TransferID, offset: Int64)
         func responseAccepted(_ id: TransferID, validator: Validator, expectedBytes: Int64?, receivedBytes: Int64)
         func restarted(_ id: TransferID, reason: String)
+        /// The finished file is about to be renamed to `path`; returns once that is recorded (synchronously).
+        func willPublish(_ id: TransferID, at path: URL, byteCount: Int64)
     }
 
     /// Runs one attempt to completion, failure or stop; never throws.
@@ -275,7 +277,7 @@ extension Download {
         if plan.synchronizesFiles { try file.synchronize() }
         _ = consume file
         let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : sha256Digester?.finalize()
-        return try self.publish(plan, byteCount: byteCount, sha256: sha256)
+        return try self.publish(plan, byteCount: byteCount, sha256: sha256, observer: observer)
     }
 
     /// Discards the partial file and tries once more from zero, or fails when that was the second try.
@@ -304,34 +306,36 @@ extension Download {
     }
 
     /// Moves the partial file to its final name under the conflict policy.
-    private static func publish(_ plan: Plan, byteCount: Int64, sha256: String?) throws -> AttemptOutcome {
+    ///
+    /// The exact final path is chosen first and reported (``Observer/willPublish(_:at:byteCount:)``, which records it
+    /// in the store) before the rename, which never replaces a file unless the policy is overwrite. If another file
+    /// takes the name in between, the next name is chosen and reported.
+    private static func publish(_ plan: Plan, byteCount: Int64, sha256: String?, observer: some Observer) throws -> AttemptOutcome {
         let part = plan.partPath
         var components = plan.nameComponents
         let name = components.removeLast()
         func path(_ name: String) -> URL { plan.finalPath(components + [name]) }
-        let completed = { (target: URL) in
-            AttemptOutcome.completed(
+        func completed(_ target: URL) -> AttemptOutcome {
+            .completed(
                 CompletedFile(
                     path: target, byteCount: byteCount, sha256: sha256,
                     modificationTime: Persisted.sizeAndModification(target.path)?.1))
         }
 
         if plan.conflictPolicy == .overwrite {
+            observer.willPublish(plan.id, at: path(name), byteCount: byteCount)
             try PartialFile.publishReplacing(part, at: path(name))
             return completed(path(name))
         }
-        if try PartialFile.publishWithoutReplacing(part, at: path(name)) { return completed(path(name)) }
-        if plan.conflictPolicy == .skip {
-            PartialFile.remove(part)
-            return .skipped(existing: path(name))
+        let candidates = plan.conflictPolicy == .rename ? [name] + (1...9_999).map { FileNaming.numbered(name, $0) } : [name]
+        for candidate in candidates where !PartialFile.exists(path(candidate)) {
+            observer.willPublish(plan.id, at: path(candidate), byteCount: byteCount)
+            if try PartialFile.publishWithoutReplacing(part, at: path(candidate)) { return completed(path(candidate)) }
         }
+        PartialFile.remove(part)
+        if plan.conflictPolicy == .skip { return .skipped(existing: path(name)) }
         if plan.conflictPolicy == .fail {
-            PartialFile.remove(part)
             return .failed(HaulError(.fileExists, "\(path(name).path) exists (conflict policy: fail)"))
-        }
-        for n in 1...9_999 {
-            let candidate = path(FileNaming.numbered(name, n))
-            if try PartialFile.publishWithoutReplacing(part, at: candidate) { return completed(candidate) }
         }
         throw HaulError(.fileExists, "No free name for \(path(name).path) after 9,999 tries")
     }

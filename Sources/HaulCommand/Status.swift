@@ -1,0 +1,119 @@
+import ArgumentParser
+import Foundation
+import Haul
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the batches in the state database, or the transfers of one batch.",
+        discussion: "Exit codes: 0 shown; 1 the state database cannot be read; 64 bad usage or an unknown batch.")
+
+    @Argument(help: "A batch to show transfer by transfer.")
+    var batch: Int?
+
+    @Flag(name: .long, help: "Print JSON instead of text.")
+    var json = false
+
+    @Flag(name: .long, help: "Forget the batches whose transfers have all finished (the files stay).")
+    var prune = false
+
+    @OptionGroup var state: StateOptions
+
+    func validate() throws {
+        if self.state.disabled { throw ValidationError("status needs the state database; --no-state makes no sense here.") }
+        if self.prune && self.batch != nil { throw ValidationError("--prune applies to all batches; give no batch with it.") }
+    }
+
+    func run() throws {
+        guard let store = try self.state.openStore() else { return }
+        do {
+            if self.prune {
+                let forgotten = try store.forgetFinishedBatches()
+                Get.printOutput(self.json ? #"{"forgotten":\#(forgotten)}"# : "Forgot \(forgotten) finished batch\(forgotten == 1 ? "" : "es").")
+                return
+            }
+            if let batch = self.batch {
+                let transfers = try store.transfers(inBatch: BatchID(batch))
+                guard !transfers.isEmpty else {
+                    Get.printError("haul: no batch \(batch) in \(self.state.resolvedPath?.path ?? "the state database")")
+                    throw ExitCode(64)
+                }
+                for line in StatusRendering.transferLines(transfers, json: self.json) { Get.printOutput(line) }
+            } else {
+                for line in StatusRendering.batchLines(try store.batches(), json: self.json) { Get.printOutput(line) }
+            }
+        } catch let exit as ExitCode {
+            throw exit
+        } catch {
+            Get.printError("haul: cannot read the state database: \(error)")
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// Status output as pure functions of what the store holds.
+enum StatusRendering {
+    static let order = ["waiting", "running", "waitingToRetry", "paused", "completed", "skipped", "failed", "cancelled"]
+
+    static func batchLines(_ batches: [StoredBatch], json: Bool) -> [String] {
+        if json {
+            return batches.map { batch in
+                encode([
+                    "batch": .int(batch.id.rawValue), "createdAt": .string(ISO8601DateFormatter().string(from: batch.createdAt)),
+                    "transfers": .int(batch.transferCount), "finished": .bool(batch.isFinished),
+                    "bytesOnDisk": .int(Int(batch.bytesOnDisk)),
+                    "states": .object(batch.transferCounts.mapValues { .int($0) }),
+                ])
+            }
+        }
+        guard !batches.isEmpty else { return ["No batches."] }
+        return batches.map { batch in
+            let states = self.order.compactMap { state in batch.transferCounts[state].map { "\($0) \(state)" } }
+            return "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
+                + states.joined(separator: ", ") + "; \(Formatting.bytes(batch.bytesOnDisk)) on disk"
+        }
+    }
+
+    static func transferLines(_ transfers: [StoredTransfer], json: Bool) -> [String] {
+        transfers.map { transfer in
+            if json {
+                var object: [String: JSONValue] = [
+                    "id": .string(transfer.id.rawValue), "url": .string(transfer.url.absoluteString),
+                    "state": .string(transfer.state), "bytes": .int(Int(transfer.bytesOnDisk)), "attempts": .int(transfer.attempts),
+                ]
+                if let total = transfer.totalBytes { object["total"] = .int(Int(total)) }
+                if let path = transfer.finalPath { object["path"] = .string(path.path) }
+                if let code = transfer.errorCode {
+                    var error: [String: JSONValue] = ["code": .string(code), "message": .string(transfer.errorMessage ?? "")]
+                    if let status = transfer.httpStatus { error["status"] = .int(status) }
+                    object["error"] = .object(error)
+                }
+                return encode(object)
+            }
+            let size = transfer.totalBytes.map { "\(Formatting.bytes(transfer.bytesOnDisk)) of \(Formatting.bytes($0))" }
+                ?? Formatting.bytes(transfer.bytesOnDisk)
+            var line = "\(transfer.state.padding(toLength: 14, withPad: " ", startingAt: 0)) \(size)  \(transfer.url.absoluteString)"
+            if let message = transfer.errorMessage, transfer.state == "failed" { line += "  (\(message))" }
+            return line
+        }
+    }
+
+    indirect enum JSONValue: Encodable {
+        case string(String), int(Int), bool(Bool), object([String: JSONValue])
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            switch self {
+            case .string(let value): try container.encode(value)
+            case .int(let value): try container.encode(value)
+            case .bool(let value): try container.encode(value)
+            case .object(let value): try container.encode(value)
+            }
+        }
+    }
+
+    static func encode(_ object: [String: JSONValue]) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(object)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import HaulTesting
+import Testing
+
+@Suite("The state database, end to end", .timeLimit(.minutes(3)))
+struct PersistenceEndToEndTests {
+    static let files = (0..<4).map { FaultInjectingServer.body(size: 300_000 + $0 * 1_000, seed: UInt64(100 + $0)) }
+
+    /// Paced resources: each file takes about half a second, so a process can be stopped in the middle.
+    static func resources() -> [String: FaultInjectingServer.Resource] {
+        Dictionary(uniqueKeysWithValues: self.files.enumerated().map { index, body in
+            ("/f\(index).bin", FaultInjectingServer.Resource(body: body, chunkSize: 8_192, chunkDelay: .milliseconds(12)))
+        })
+    }
+
+    func withFolder<T>(_ body: (URL) async throws -> T) async throws -> T {
+        let url = FileManager.default.temporaryDirectory.appending(path: "haul-e2e-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: url) }
+        return try await body(url)
+    }
+
+    /// Starts `haul get --json` on every file, waits until `stopAfter` progress lines were printed, then sends
+    /// `signal` and waits for the process to end.
+    func interruptedRun(
+        _ server: FaultInjectingServer, folder: URL, signal: Int32, stopAfter progressLines: Int
+    ) throws -> Int32 {
+        let urls = Self.files.indices.map { server.url("/f\($0).bin").absoluteString }
+        let process = HaulProcess.makeProcess(
+            ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "2", "--json"],
+            stateHome: folder.appending(path: "state"))
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var seen = 0
+        var buffer = ""
+        while seen < progressLines {
+            let data = out.fileHandleForReading.availableData
+            if data.isEmpty { break }
+            buffer += String(decoding: data, as: UTF8.self)
+            seen = buffer.components(separatedBy: #""event":"progress""#).count - 1
+        }
+        kill(process.processIdentifier, signal)
+        _ = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    func rerun(_ server: FaultInjectingServer, folder: URL) async throws -> HaulProcess.Output {
+        let urls = Self.files.indices.map { server.url("/f\($0).bin").absoluteString }
+        return try await HaulProcess.run(
+            ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "2"], stateHome: folder.appending(path: "state"))
+    }
+
+    func expectEveryFileIdentical(_ folder: URL) throws {
+        for (index, body) in Self.files.enumerated() {
+            #expect(try Data(contentsOf: folder.appending(path: "out/f\(index).bin")) == Data(body))
+        }
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "out").path)
+        #expect(leftovers.sorted() == Self.files.indices.map { "f\($0).bin" })
+    }
+
+    @Test func ctrlCExits130KeepsPartialFilesAndTheSameCommandResumesThem() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
+            try await self.withFolder { folder in
+                let status = try self.interruptedRun(server, folder: folder, signal: SIGINT, stopAfter: 6)
+                #expect(status == 130)
+                let partials = try FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "out").path)
+                #expect(partials.contains { $0.hasSuffix(".part") })
+
+                let output = try await self.rerun(server, folder: folder)
+                #expect(output.status == 0, "\(output.stderr)")
+                try self.expectEveryFileIdentical(folder)
+                #expect(server.requests.contains { $0.range != nil }, "partial files resumed with Range")
+                let total = Self.files.reduce(0) { $0 + $1.count }
+                #expect(server.servedBodyBytes <= total + 2 * 600_000, "no more than the unflushed tails again")
+            }
+        }
+    }
+
+    @Test func survivesKillNineAtSeveralPointsAndLosesNothing() async throws {
+        // Kill points, in progress lines seen: at the first byte, in the first files, between files, near the end.
+        for stopAfter in [1, 5, 12, 30] {
+            try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
+                try await self.withFolder { folder in
+                    let status = try self.interruptedRun(server, folder: folder, signal: SIGKILL, stopAfter: stopAfter)
+                    #expect(status == SIGKILL || status == 0 || status == 9)
+                    let before = server.requests.count
+                    let published = Set(
+                        ((try? FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "out").path)) ?? [])
+                            .filter { !$0.hasSuffix(".part") }.map { "/" + $0 })
+                    let output = try await self.rerun(server, folder: folder)
+                    #expect(output.status == 0, "kill point \(stopAfter): \(output.stderr)")
+                    try self.expectEveryFileIdentical(folder)
+                    let askedAgain = server.requests.dropFirst(before).map(\.path).filter(published.contains)
+                    #expect(askedAgain.isEmpty, "kill point \(stopAfter): a file the first run published is never fetched again")
+                    let total = Self.files.reduce(0) { $0 + $1.count }
+                    #expect(server.servedBodyBytes <= total + 2 * 600_000, "kill point \(stopAfter): only unflushed tails again")
+                }
+            }
+        }
+    }
+
+    @Test func statusShowsTheInterruptedBatchAndResumeFinishesIt() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
+            try await self.withFolder { folder in
+                let state = folder.appending(path: "state")
+                #expect(try self.interruptedRun(server, folder: folder, signal: SIGTERM, stopAfter: 6) == 130)
+
+                let status = try await HaulProcess.run(["status", "--json"], stateHome: state)
+                #expect(status.status == 0)
+                let batches = try status.stdout.split(separator: "\n").map {
+                    try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+                }
+                #expect(batches.count == 1)
+                #expect(batches.first?["finished"] as? Bool == false)
+                #expect(batches.first?["transfers"] as? Int == 4)
+
+                let items = try await HaulProcess.run(["status", "1"], stateHome: state)
+                #expect(items.stdout.split(separator: "\n").count == 4)
+                #expect(try await HaulProcess.run(["status", "99"], stateHome: state).status == 64)
+
+                let resumed = try await HaulProcess.run(["resume"], stateHome: state)
+                #expect(resumed.status == 0, "\(resumed.stderr)")
+                try self.expectEveryFileIdentical(folder)
+                let after = try await HaulProcess.run(["status"], stateHome: state)
+                #expect(after.stdout.contains("batch 1  finished"))
+                #expect(try await HaulProcess.run(["resume"], stateHome: state).stdout.contains("Nothing to resume."))
+                let pruned = try await HaulProcess.run(["status", "--prune"], stateHome: state)
+                #expect(pruned.stdout.contains("Forgot 1 finished batch."))
+                #expect(try await HaulProcess.run(["status"], stateHome: state).stdout.contains("No batches."))
+            }
+        }
+    }
+
+    @Test func noStateKeepsNothingAndConflictingStateOptionsAreBadUsage() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
+            try await self.withFolder { folder in
+                let state = folder.appending(path: "state")
+                let output = try await HaulProcess.run(
+                    ["get", server.url("/f0.bin").absoluteString, "-d", folder.appending(path: "out").path, "--no-state"],
+                    stateHome: state)
+                #expect(output.status == 0)
+                #expect(!FileManager.default.fileExists(atPath: state.path))
+                #expect(try await HaulProcess.run(["get", "http://h/a", "--no-state", "--state", "/tmp/x"]).status == 64)
+            }
+        }
+    }
+}
