@@ -25,6 +25,7 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
             case fileSystem
             case fileTooLarge
             case redirectRefused
+            case leasedElsewhere
             case tooManyRedirects
             case cancelled
         }
@@ -67,6 +68,8 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
         public static let redirectRefused = Code(.redirectRefused)
         /// More redirects than the configured maximum, or a redirect loop.
         public static let tooManyRedirects = Code(.tooManyRedirects)
+        /// Another process (or manager) sharing the store is downloading this transfer now; retried later.
+        public static let leasedElsewhere = Code(.leasedElsewhere)
         /// The transfer was cancelled.
         public static let cancelled = Code(.cancelled)
 

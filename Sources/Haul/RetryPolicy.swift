@@ -17,8 +17,8 @@ import Foundation
 /// A `Retry-After` header (seconds or an HTTP date) on a 429 or 503 replaces the computed delay, capped by
 /// ``maximumRetryAfter``, and holds every transfer to that host for that long (politeness), not only this one.
 ///
-/// Transient failures are retried: connections refused or reset, timeouts, bodies cut short, and the statuses 408,
-/// 429, 500, 502, 503 and 504. Permanent ones are not: other 4xx, checksum and size mismatches after a full download,
+/// Transient failures are retried: connections refused or reset, timeouts, bodies cut short, a transfer that another
+/// process sharing the store is downloading, and the statuses 408, 429, 500, 502, 503 and 504. Permanent ones are not: other 4xx, checksum and size mismatches after a full download,
 /// invalid requests, and file-system errors.
 public struct RetryPolicy: Sendable, Hashable {
     /// How many attempts a transfer gets in all, the first included. 1 means no retry. Default 5, as most
@@ -50,7 +50,7 @@ public struct RetryPolicy: Sendable, Hashable {
     /// Whether an error is worth another attempt.
     public static func isTransient(_ error: HaulError) -> Bool {
         switch error.code {
-        case .connectionFailed, .timedOut, .incompleteBody:
+        case .connectionFailed, .timedOut, .incompleteBody, .leasedElsewhere:
             return true
         case .httpStatus:
             return [408, 429, 500, 502, 503, 504].contains(error.httpStatus ?? 0)

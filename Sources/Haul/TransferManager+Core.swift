@@ -439,8 +439,11 @@ extension TransferManager {
                 record.lastProgressEvent = now
                 record.lastReportedBytes = receivedBytes
             }
-            if let store = self.store, receivedBytes != record.lastCheckpoint?.bytes,
-                record.lastCheckpoint.map({ now - $0.at >= Self.checkpointInterval }) ?? true
+            // A checkpoint when the count changed (at most every 500 ms), and at least every 10 s to renew the lease.
+            if let store = self.store,
+                record.lastCheckpoint.map({
+                    now - $0.at >= (receivedBytes != $0.bytes ? Self.checkpointInterval : Self.leaseRenewalInterval)
+                }) ?? true
             {
                 record.lastCheckpoint = (now, receivedBytes)
                 store.enqueue(.checkpoint(id, bytesOnDisk: receivedBytes))
@@ -555,6 +558,8 @@ extension TransferManager.Core {
     /// How often a running transfer's byte count is written to the store, at most. Half a second: a killed process
     /// under-reports at most that much, and the partial file, not this number, is the truth when resuming.
     static let checkpointInterval: Duration = .milliseconds(500)
+    /// How often a running transfer's lease is renewed when its byte count does not change (a stall).
+    static let leaseRenewalInterval: Duration = .seconds(10)
 
     /// The store operation for a transfer's event.
     static func persist(_ kind: TransferEvent.Kind, of record: TransferManager.Record, id: TransferID, to store: StoreWriter) {

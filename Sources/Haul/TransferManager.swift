@@ -95,7 +95,24 @@ public final class TransferManager: Sendable {
 
     private func runTransfer(_ id: TransferID) async {
         guard let (plan, signal) = self.core.withLockedValue({ $0.plan(for: id) }) else { return }
-        let outcome = await withTaskGroup(of: Download.AttemptOutcome?.self) { group in
+        let outcome = await self.claimAndRun(plan, signal: signal)
+        guard let wait = self.withCore({ $0.attemptEnded(id, outcome: outcome, aftermath: &$1) }) else { return }
+        await wait.signal.wait(upTo: wait.delay)
+        self.withCore { $0.retryWaitEnded(id, wait, aftermath: &$1) }
+    }
+
+    /// With a store, claims the transfer's lease first (another process may hold it, or have completed the file);
+    /// then runs the attempt beside its stop signal.
+    private func claimAndRun(_ plan: Download.Plan, signal: StopSignal) async -> Download.AttemptOutcome {
+        switch self.storeWriter?.claim(plan.id) ?? .claimed {
+        case .claimed:
+            break
+        case .heldElsewhere:
+            return .failed(HaulError(.leasedElsewhere, "Another haul process sharing the state database is downloading this file"))
+        case .completedElsewhere(let file):
+            return .completed(file)
+        }
+        return await withTaskGroup(of: Download.AttemptOutcome?.self) { group in
             group.addTask { await Download.run(plan, transport: self.transport, observer: self) }
             group.addTask {
                 await signal.wait()
@@ -106,9 +123,6 @@ public final class TransferManager: Sendable {
             if let first { return first }
             return await group.next()!!
         }
-        guard let wait = self.withCore({ $0.attemptEnded(id, outcome: outcome, aftermath: &$1) }) else { return }
-        await wait.signal.wait(upTo: wait.delay)
-        self.withCore { $0.retryWaitEnded(id, wait, aftermath: &$1) }
     }
 
     private func shutDown() {

@@ -47,8 +47,8 @@ struct PersistenceTests {
             try await withTemporaryDirectory { folder in
                 let store = try TransferStore(path: folder.appending(path: "state/state.sqlite"))
                 let first = try await self.interruptedFirstRun(server: server, folder: folder, store: store)
-                #expect(first.completed.count == 1)
-                #expect(first.cancelled.count == 1)
+                #expect(first.completed.count == 1, "\(first.items.map(\.result))")
+                #expect(first.cancelled.count == 1, "\(names(in: folder))")
                 #expect(names(in: folder).contains { $0.hasSuffix(".part") }, "the partial file is kept")
 
                 let before = server.requests.count
@@ -124,6 +124,33 @@ struct PersistenceTests {
                 #expect(report.completed.count == 2)
                 #expect(try store.unfinishedBatches().isEmpty)
                 #expect(contents(of: folder.appending(path: "big")) == Self.big)
+            }
+        }
+    }
+
+    @Test func twoManagersSharingAStoreNeverDownloadTheSameFileAtOnce() async throws {
+        let slow = FaultInjectingServer.Resource(body: Self.big, chunkSize: 20_000, chunkDelay: .milliseconds(20))
+        try await FaultInjectingServer.withServer(resources: ["/big": slow]) { server in
+            try await withTemporaryDirectory { folder in
+                let path = folder.appending(path: "state.sqlite")
+                let request = TransferRequest(url: server.url("/big"), into: folder.appending(path: "out"))
+                // Two connections to one file, as two processes would have; the second waits patiently.
+                var patient = self.configuration(try TransferStore(path: path))
+                patient.retryPolicy.maximumAttempts = 100
+                patient.retryPolicy.baseDelay = .milliseconds(50)
+                patient.retryPolicy.maximumDelay = .milliseconds(100)
+                async let first = TransferManager.withTransferManager(configuration: self.configuration(try TransferStore(path: path))) {
+                    try await $0.enqueue(request).report()
+                }
+                async let second = TransferManager.withTransferManager(configuration: patient) {
+                    try await $0.enqueue(request).report()
+                }
+                let (a, b) = try await (first, second)
+                #expect(a.completed.count == 1 && b.completed.count == 1)
+                #expect(server.requests.count == 1, "one download, and the other manager saw it complete")
+                #expect(server.maximumConcurrentRequests == 1)
+                #expect(a.completed.first?.file.path == b.completed.first?.file.path)
+                #expect(names(in: folder.appending(path: "out")) == ["big"])
             }
         }
     }

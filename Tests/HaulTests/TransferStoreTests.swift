@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @testable import Haul
 
 @Suite("The store")
@@ -18,16 +22,19 @@ struct TransferStoreTests {
     @Test func migratesAnEmptyDatabaseAndNamesItsMigrations() throws {
         let store = try TransferStore()
         let applied = try store.database.read { try TransferStore.migrator.appliedIdentifiers($0) }
-        #expect(applied == ["v1: batches and transfers"])
+        #expect(applied == ["v1: batches and transfers", "v2: leases"])
         #expect(try store.batches().isEmpty)
     }
 
     @Test func recordsStateChangesValidatorsCheckpointsAndResults() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
-        try store.apply([
+        try store.apply(owner: "A", [
             .insertItem(batchID: batch, position: 0, row: self.row("a")),
             .insertItem(batchID: batch, position: 1, row: self.row("b")),
+        ])
+        _ = try store.claim("a", owner: "A", pending: [])
+        try store.apply(owner: "A", [
             .state("a", .running, attempts: 1),
             .validator("a", etag: "\"e\"", lastModified: nil, totalSize: 100),
             .checkpoint("a", bytesOnDisk: 40),
@@ -39,7 +46,7 @@ struct TransferStoreTests {
         #expect(a.attempts == 1)
         #expect(try store.row("a")?.etag == "\"e\"")
 
-        try store.apply([
+        try store.apply(owner: "A", [
             .completed("a", CompletedFile(path: URL(filePath: "/tmp/x/a"), byteCount: 100, sha256: "ff"), modified: 5),
             .failed("b", HaulError(.httpStatus, "The server answered 404 Not Found", httpStatus: 404), attempts: 1),
         ])
@@ -55,7 +62,7 @@ struct TransferStoreTests {
         let store = try TransferStore()
         let done = try store.createBatch()
         let open = try store.createBatch()
-        try store.apply([
+        try store.apply(owner: "A", [
             .insertItem(batchID: done, position: 0, row: self.row("a", state: .completed)),
             .insertItem(batchID: open, position: 0, row: self.row("b", state: .paused)),
         ])
@@ -68,13 +75,13 @@ struct TransferStoreTests {
     @Test func aSecondSubmissionKeepsWhatTheFirstLearned() throws {
         let store = try TransferStore()
         let first = try store.createBatch()
-        try store.apply([
-            .insertItem(batchID: first, position: 0, row: self.row("a")),
+        _ = try store.claim("a", owner: "A", pending: [.insertItem(batchID: first, position: 0, row: self.row("a"))])
+        try store.apply(owner: "A", [
             .validator("a", etag: "\"e\"", lastModified: nil, totalSize: 100),
             .checkpoint("a", bytesOnDisk: 40),
         ])
         let second = try store.createBatch()
-        try store.apply([.insertItem(batchID: second, position: 0, row: self.row("a"))])
+        try store.apply(owner: "A", [.insertItem(batchID: second, position: 0, row: self.row("a"))])
         #expect(try store.row("a")?.etag == "\"e\"")
         #expect(try store.transfer("a")?.bytesOnDisk == 40)
         #expect(try store.transfers(inBatch: second).map(\.id) == ["a"])
@@ -86,5 +93,42 @@ struct TransferStoreTests {
         #expect(request.id == "a")
         #expect(request.headers.map(\.name) == ["X-A"])
         #expect(request.destination == .folder(URL(filePath: "/tmp/x", directoryHint: .isDirectory)))
+    }
+
+    @Test func aLeaseKeepsASecondOwnerOutUntilItIsReleasedOrExpires() throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let insert = StoreOperation.insertItem(batchID: batch, position: 0, row: self.row("a"))
+        guard case .claimed = try store.claim("a", owner: "A", pending: [insert]) else { Issue.record("A claims"); return }
+        guard case .heldElsewhere = try store.claim("a", owner: "B", pending: []) else { Issue.record("B waits"); return }
+        guard case .claimed = try store.claim("a", owner: "A", pending: []) else { Issue.record("A again"); return }
+
+        try store.apply(owner: "B", [.state("a", .failed, attempts: 9)])
+        #expect(try store.transfer("a")?.state == "waiting", "only the lease holder writes the row")
+
+        try store.apply(owner: "A", [.state("a", .paused, attempts: 1)])
+        guard case .claimed = try store.claim("a", owner: "B", pending: []) else { Issue.record("released"); return }
+
+        try store.database.write { try $0.execute(sql: "UPDATE transfer SET leaseExpires = 0") }
+        guard case .claimed = try store.claim("a", owner: "C", pending: []) else { Issue.record("expired"); return }
+    }
+
+    @Test func aLeaseOfAProcessThatIsGoneIsFreeAtOnce() throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        var hostName = [CChar](repeating: 0, count: 256)
+        gethostname(&hostName, hostName.count)
+        // A pid that cannot be running: above the kernel's maximum.
+        let dead = "\(String(cString: hostName))/2147483000/x"
+        guard case .claimed = try store.claim("a", owner: dead, pending: [.insertItem(batchID: batch, position: 0, row: self.row("a"))])
+        else { Issue.record("the first claim"); return }
+        guard case .claimed = try store.claim("a", owner: LeaseOwner.current(), pending: []) else {
+            Issue.record("a dead holder's lease is taken over")
+            return
+        }
+        guard case .heldElsewhere = try store.claim("a", owner: "elsewhere/1/y", pending: []) else {
+            Issue.record("a live (or remote) holder's lease is respected")
+            return
+        }
     }
 }

@@ -11,6 +11,8 @@ final class StoreWriter: Sendable {
     static let flushInterval: Duration = .milliseconds(100)
 
     let store: TransferStore
+    /// This manager's name in leases: unique per manager, so two processes (or two managers) never share one.
+    let owner = LeaseOwner.current()
     private let pending = NIOLockedValueBox<[StoreOperation]>([])
     private let lastErrorBox = NIOLockedValueBox<(any Error)?>(nil)
 
@@ -29,9 +31,24 @@ final class StoreWriter: Sendable {
         }
         if let last { operations.append(last) }
         do {
-            try self.store.apply(operations)
+            try self.store.apply(owner: self.owner, operations)
         } catch {
             self.lastErrorBox.withLockedValue { $0 = error }
+        }
+    }
+
+    /// Claims a transfer before its request, writing what is queued first (the transfer's row among it).
+    func claim(_ id: TransferID) -> TransferStore.Claim {
+        let operations = self.pending.withLockedValue { pending in
+            defer { pending = [] }
+            return pending
+        }
+        do {
+            return try self.store.claim(id, owner: self.owner, pending: operations)
+        } catch {
+            // The store is unusable: record why, and download rather than fail (the files are the priority).
+            self.lastErrorBox.withLockedValue { $0 = error }
+            return .claimed
         }
     }
 

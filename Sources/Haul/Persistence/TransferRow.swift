@@ -34,6 +34,9 @@ struct TransferRow: Codable, Sendable, FetchableRecord, PersistableRecord {
     var errorMessage: String?
     var httpStatus: Int?
     var updatedAt: Double
+    /// The manager that may write this row and download the file now, and until when (seconds since 1970).
+    var leaseOwner: String? = nil
+    var leaseExpires: Double? = nil
 }
 
 extension TransferRow {
@@ -63,8 +66,13 @@ enum StoreOperation: Sendable {
     case publishing(TransferID, finalPath: String, size: Int64)
     case failed(TransferID, HaulError, attempts: Int)
 
-    func apply(_ db: Database) throws {
+    /// Applies the operation as `owner`. The holder of a transfer's lease changes its row; while no one holds it
+    /// (or the lease expired), anyone may, unless the row says completed: a manager waiting for another never
+    /// overwrites the other's result. Every settled state releases the lease.
+    func apply(_ db: Database, owner: String) throws {
         let now = Date().timeIntervalSince1970
+        let mine = "(leaseOwner = ? OR ((leaseOwner IS NULL OR leaseExpires < ?) AND state != 'completed'))"
+        let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
         switch self {
         case .insertItem(let batchID, let position, let row):
             try db.execute(
@@ -76,48 +84,60 @@ enum StoreOperation: Sendable {
                     ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
                         checksum = excluded.checksum, expectedSize = excluded.expectedSize,
                         errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = excluded.updatedAt
+                    WHERE \(mine)
                     """,
                 arguments: [
                     row.id, row.url, row.destinationKind, row.destinationPath, row.folder, row.nameComponents,
                     row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
                     row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
+                    owner, now,
                 ])
             try db.execute(
                 sql: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)",
                 arguments: [batchID.rawValue, position, row.id])
         case .state(let id, let state, let attempts):
+            let releases = state != .running
             try db.execute(
-                sql: "UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ? WHERE id = ?",
-                arguments: [state.description, attempts, now, id.rawValue])
+                sql: """
+                    UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ?\(releases ? ", " + release : "")
+                    WHERE id = ? AND \(mine)
+                    """,
+                arguments: releases
+                    ? [state.description, attempts, now, owner, id.rawValue, owner, now]
+                    : [state.description, attempts, now, id.rawValue, owner, now])
         case .validator(let id, let etag, let lastModified, let totalSize):
             try db.execute(
-                sql: "UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ?",
-                arguments: [etag, lastModified, totalSize, now, id.rawValue])
+                sql: "UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)",
+                arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now])
         case .checkpoint(let id, let bytes):
+            // A checkpoint also renews the lease.
             try db.execute(
-                sql: "UPDATE transfer SET bytesOnDisk = ?, updatedAt = ? WHERE id = ?",
-                arguments: [bytes, now, id.rawValue])
+                sql: "UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?",
+                arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner])
         case .completed(let id, let file, let modified):
             try db.execute(
                 sql: """
                     UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?,
                         finalSize = ?, finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL,
-                        httpStatus = NULL, updatedAt = ? WHERE id = ?
+                        httpStatus = NULL, updatedAt = ?, \(release) WHERE id = ? AND \(mine)
                     """,
                 arguments: [
-                    file.byteCount, file.byteCount, file.path.path, file.byteCount, modified, file.sha256, now, id.rawValue,
+                    file.byteCount, file.byteCount, file.path.path, file.byteCount, modified, file.sha256, now, owner,
+                    id.rawValue, owner, now,
                 ])
         case .publishing(let id, let finalPath, let size):
             try db.execute(
-                sql: "UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ?",
-                arguments: [finalPath, size, now, id.rawValue])
+                sql: "UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ? AND \(mine)",
+                arguments: [finalPath, size, now, id.rawValue, owner, now])
         case .failed(let id, let error, let attempts):
             try db.execute(
                 sql: """
                     UPDATE transfer SET state = 'failed', errorCode = ?, errorMessage = ?, httpStatus = ?,
-                        attempts = MAX(attempts, ?), updatedAt = ? WHERE id = ?
+                        attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
                     """,
-                arguments: [error.code.description, error.message, error.httpStatus, attempts, now, id.rawValue])
+                arguments: [
+                    error.code.description, error.message, error.httpStatus, attempts, now, owner, id.rawValue, owner, now,
+                ])
         }
     }
 }

@@ -75,7 +75,53 @@ public final class TransferStore: Sendable {
                     CREATE INDEX batchItemTransfer ON batchItem(transferID);
                     """)
         }
+        migrator.registerMigration("v2: leases") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE transfer ADD COLUMN leaseOwner TEXT;
+                    ALTER TABLE transfer ADD COLUMN leaseExpires DOUBLE;
+                    """)
+        }
         return migrator
+    }
+
+    /// How long a lease lasts without renewal: a process that dies frees its transfers after this long.
+    static let leaseDuration: TimeInterval = 60
+
+    /// What a claim found.
+    enum Claim: Sendable {
+        /// This process may download the transfer now.
+        case claimed
+        /// Another live process holds the lease.
+        case heldElsewhere
+        /// Another process completed it, and the file is there unchanged.
+        case completedElsewhere(CompletedFile)
+    }
+
+    /// Claims a transfer for `owner` before a request is made for it, after writing `pending` (so the row exists).
+    func claim(_ id: TransferID, owner: String, pending: [StoreOperation]) throws -> Claim {
+        try self.database.write { db in
+            for operation in pending { try operation.apply(db, owner: owner) }
+            if let row = try TransferRow.fetchOne(db, key: id.rawValue), row.state == TransferState.completed.description,
+                row.leaseOwner != owner, let finalPath = row.finalPath,
+                let (size, modified) = Persisted.sizeAndModification(finalPath), size == row.finalSize,
+                modified == row.finalModified
+            {
+                return .completedElsewhere(
+                    CompletedFile(path: URL(filePath: finalPath), byteCount: size, sha256: row.sha256, modificationTime: modified))
+            }
+            let now = Date().timeIntervalSince1970
+            let holder = try String.fetchOne(db, sql: "SELECT leaseOwner FROM transfer WHERE id = ?", arguments: [id.rawValue])
+            // A lease whose process is gone (killed) is free at once, not only when it expires.
+            let holderIsGone = holder.map { !LeaseOwner.isAlive($0) } ?? false
+            try db.execute(
+                sql: """
+                    UPDATE transfer SET leaseOwner = ?, leaseExpires = ?
+                    WHERE id = ? AND (leaseOwner IS NULL OR leaseOwner = ? OR leaseExpires < ? OR ?)
+                    """,
+                arguments: [owner, now + Self.leaseDuration, id.rawValue, owner, now, holderIsGone])
+            return db.changesCount > 0 ? .claimed : .heldElsewhere
+        }
     }
 
     // MARK: Queries
@@ -175,11 +221,11 @@ public final class TransferStore: Sendable {
         }
     }
 
-    /// Applies operations in one transaction.
-    func apply(_ operations: [StoreOperation]) throws {
+    /// Applies operations in one transaction, as `owner` (the manager writing them).
+    func apply(owner: String, _ operations: [StoreOperation]) throws {
         guard !operations.isEmpty else { return }
         try self.database.write { db in
-            for operation in operations { try operation.apply(db) }
+            for operation in operations { try operation.apply(db, owner: owner) }
         }
     }
 }
