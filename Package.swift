@@ -66,7 +66,7 @@ let package = Package(
         .testTarget(
             name: "HaulCommandTests",
             dependencies: [
-                "HaulCommand", "HaulTesting", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "Haul", "HaulCommand", "HaulTesting", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
     ]

@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import HaulTesting
 import Testing
 
@@ -23,7 +24,7 @@ struct PersistenceEndToEndTests {
     /// Starts `haul get --json` on every file, waits until `stopAfter` progress lines were printed, then sends
     /// `signal` and waits for the process to end.
     func interruptedRun(
-        _ server: FaultInjectingServer, folder: URL, signal: Int32, stopAfter progressLines: Int
+        _ server: FaultInjectingServer, folder: URL, signal: Int32, stopAfter progressLines: Int, event: String = "progress"
     ) throws -> Int32 {
         let urls = Self.files.indices.map { server.url("/f\($0).bin").absoluteString }
         let process = HaulProcess.makeProcess(
@@ -39,7 +40,7 @@ struct PersistenceEndToEndTests {
             let data = out.fileHandleForReading.availableData
             if data.isEmpty { break }
             buffer += String(decoding: data, as: UTF8.self)
-            seen = buffer.components(separatedBy: #""event":"progress""#).count - 1
+            seen = buffer.components(separatedBy: "\"event\":\"\(event)\"").count - 1
         }
         kill(process.processIdentifier, signal)
         _ = out.fileHandleForReading.readDataToEndOfFile()
@@ -80,11 +81,12 @@ struct PersistenceEndToEndTests {
     }
 
     @Test func survivesKillNineAtSeveralPointsAndLosesNothing() async throws {
-        // Kill points, in progress lines seen: at the first byte, in the first files, between files, near the end.
-        for stopAfter in [1, 5, 12, 30] {
+        // Kill points: before the first byte (at the first "started"), then in progress lines seen: at the first
+        // bytes, in the first files, between files, near the end.
+        for (stopAfter, event) in [(1, "started"), (1, "progress"), (5, "progress"), (12, "progress"), (30, "progress")] {
             try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
                 try await self.withFolder { folder in
-                    let status = try self.interruptedRun(server, folder: folder, signal: SIGKILL, stopAfter: stopAfter)
+                    let status = try self.interruptedRun(server, folder: folder, signal: SIGKILL, stopAfter: stopAfter, event: event)
                     #expect(status == SIGKILL || status == 0 || status == 9)
                     let before = server.requests.count
                     let published = Set(
@@ -97,6 +99,9 @@ struct PersistenceEndToEndTests {
                     #expect(askedAgain.isEmpty, "kill point \(stopAfter): a file the first run published is never fetched again")
                     let total = Self.files.reduce(0) { $0 + $1.count }
                     #expect(server.servedBodyBytes <= total + 2 * 600_000, "kill point \(stopAfter): only unflushed tails again")
+                    let store = try TransferStore(path: folder.appending(path: "state/haul/state.sqlite"))
+                    let batches = try store.batches()
+                    #expect(!batches.isEmpty && batches.allSatisfy { $0.transferCounts.keys.allSatisfy { $0 == "completed" } })
                 }
             }
         }

@@ -131,4 +131,31 @@ struct TransferStoreTests {
             return
         }
     }
+
+    @Test func recognisesAFileRenamedIntoPlaceByAProcessKilledBeforeItRecordedTheCompletion() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = try TransferStore()
+        let request = TransferRequest(url: URL(string: "http://h/file.bin")!, into: folder)
+        var row = self.row(request.id.rawValue)
+        row.url = request.url.absoluteString
+        row.destinationPath = folder.standardizedFileURL.path
+        row.folder = folder.path
+        row.nameComponents = "[\"file.bin\"]"
+        let final = folder.appending(path: "file.bin")
+        try store.apply(owner: "A", [
+            .insertItem(batchID: try store.createBatch(), position: 0, row: row),
+            .publishing(request.id, finalPath: final.path, size: 5),
+        ])
+        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "no file there yet: not complete")
+
+        try Data("hello".utf8).write(to: final)
+        let found = try #require(Persisted.lookUp(request, in: store)?.completedFile)
+        #expect(found.path.path == final.path)
+        #expect(found.byteCount == 5)
+
+        try Data("hello!".utf8).write(to: final)
+        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "another size: not ours")
+    }
 }
