@@ -157,6 +157,7 @@ extension TransferManager {
             }
             if let persisted {
                 persisted.restore(into: &newRecord)
+                if let holder = persisted.staleLeaseOwner { self.store?.enqueue(.releaseLease(request.id, holder: holder)) }
             }
             if let completed = persisted?.completedFile {
                 // Completed by an earlier process, and the file is still there unchanged: no request at all.
@@ -166,6 +167,8 @@ extension TransferManager {
                 newRecord.expectedBytes = completed.byteCount
                 self.transfers[request.id] = newRecord
                 self.store?.enqueue(.insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .completed)))
+                // Recorded in full: a file found through the publishing record of a killed process has no result yet.
+                self.store?.enqueue(.completed(request.id, completed, modified: completed.modificationTime))
                 self.batches[batchID]!.tracker.added(request.id, expectedBytes: completed.byteCount)
                 self.settle(index: index, in: batchID, result: .completed(completed), at: now, aftermath: &aftermath)
                 return

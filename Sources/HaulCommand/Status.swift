@@ -39,7 +39,9 @@ struct Status: ParsableCommand {
                 }
                 for line in StatusRendering.transferLines(transfers, json: self.json) { Get.printOutput(line) }
             } else {
-                for line in StatusRendering.batchLines(try store.batches(), json: self.json) { Get.printOutput(line) }
+                let batches = try store.batches()
+                let items = try batches.map { try store.transfers(inBatch: $0.id) }
+                for line in StatusRendering.batchLines(batches, items: items, json: self.json) { Get.printOutput(line) }
             }
         } catch let exit as ExitCode {
             throw exit
@@ -54,41 +56,50 @@ struct Status: ParsableCommand {
 enum StatusRendering {
     static let order = ["waiting", "running", "waitingToRetry", "paused", "completed", "skipped", "failed", "cancelled"]
 
-    static func batchLines(_ batches: [StoredBatch], json: Bool) -> [String] {
+    /// One line per batch, each followed by its transfers (indented in text; an `items` array in JSON).
+    static func batchLines(_ batches: [StoredBatch], items: [[StoredTransfer]], json: Bool) -> [String] {
         if json {
-            return batches.map { batch in
-                encode([
-                    "batch": .int(batch.id.rawValue), "createdAt": .string(ISO8601DateFormatter().string(from: batch.createdAt)),
-                    "transfers": .int(batch.transferCount), "finished": .bool(batch.isFinished),
-                    "bytesOnDisk": .int(Int(batch.bytesOnDisk)),
-                    "states": .object(batch.transferCounts.mapValues { .int($0) }),
-                ])
+            return zip(batches, items).map { batch, transfers in
+                var object = self.batchObject(batch)
+                object["items"] = .array(transfers.map { .object(self.transferObject($0)) })
+                return encode(object)
             }
         }
         guard !batches.isEmpty else { return ["No batches."] }
-        return batches.map { batch in
+        return zip(batches, items).flatMap { batch, transfers in
             let states = self.order.compactMap { state in batch.transferCounts[state].map { "\($0) \(state)" } }
-            return "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
+            let header = "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
                 + states.joined(separator: ", ") + "; \(Formatting.bytes(batch.bytesOnDisk)) on disk"
+            return [header] + self.transferLines(transfers, json: false).map { "  " + $0 }
         }
+    }
+
+    static func batchObject(_ batch: StoredBatch) -> [String: JSONValue] {
+        [
+            "batch": .int(batch.id.rawValue), "createdAt": .string(ISO8601DateFormatter().string(from: batch.createdAt)),
+            "transfers": .int(batch.transferCount), "finished": .bool(batch.isFinished),
+            "bytesOnDisk": .int(Int(batch.bytesOnDisk)), "states": .object(batch.transferCounts.mapValues { .int($0) }),
+        ]
+    }
+
+    static func transferObject(_ transfer: StoredTransfer) -> [String: JSONValue] {
+        var object: [String: JSONValue] = [
+            "id": .string(transfer.id.rawValue), "url": .string(transfer.url.absoluteString),
+            "state": .string(transfer.state), "bytes": .int(Int(transfer.bytesOnDisk)), "attempts": .int(transfer.attempts),
+        ]
+        if let total = transfer.totalBytes { object["total"] = .int(Int(total)) }
+        if let path = transfer.finalPath, transfer.state == "completed" { object["path"] = .string(path.path) }
+        if let code = transfer.errorCode {
+            var error: [String: JSONValue] = ["code": .string(code), "message": .string(transfer.errorMessage ?? "")]
+            if let status = transfer.httpStatus { error["status"] = .int(status) }
+            object["error"] = .object(error)
+        }
+        return object
     }
 
     static func transferLines(_ transfers: [StoredTransfer], json: Bool) -> [String] {
         transfers.map { transfer in
-            if json {
-                var object: [String: JSONValue] = [
-                    "id": .string(transfer.id.rawValue), "url": .string(transfer.url.absoluteString),
-                    "state": .string(transfer.state), "bytes": .int(Int(transfer.bytesOnDisk)), "attempts": .int(transfer.attempts),
-                ]
-                if let total = transfer.totalBytes { object["total"] = .int(Int(total)) }
-                if let path = transfer.finalPath { object["path"] = .string(path.path) }
-                if let code = transfer.errorCode {
-                    var error: [String: JSONValue] = ["code": .string(code), "message": .string(transfer.errorMessage ?? "")]
-                    if let status = transfer.httpStatus { error["status"] = .int(status) }
-                    object["error"] = .object(error)
-                }
-                return encode(object)
-            }
+            if json { return encode(self.transferObject(transfer)) }
             let size = transfer.totalBytes.map { "\(Formatting.bytes(transfer.bytesOnDisk)) of \(Formatting.bytes($0))" }
                 ?? Formatting.bytes(transfer.bytesOnDisk)
             var line = "\(transfer.state.padding(toLength: 14, withPad: " ", startingAt: 0)) \(size)  \(transfer.url.absoluteString)"
@@ -98,7 +109,7 @@ enum StatusRendering {
     }
 
     indirect enum JSONValue: Encodable {
-        case string(String), int(Int), bool(Bool), object([String: JSONValue])
+        case string(String), int(Int), bool(Bool), object([String: JSONValue]), array([JSONValue])
 
         func encode(to encoder: any Encoder) throws {
             var container = encoder.singleValueContainer()
@@ -107,6 +118,7 @@ enum StatusRendering {
             case .int(let value): try container.encode(value)
             case .bool(let value): try container.encode(value)
             case .object(let value): try container.encode(value)
+            case .array(let value): try container.encode(value)
             }
         }
     }

@@ -121,6 +121,11 @@ struct PersistenceEndToEndTests {
                 #expect(batches.count == 1)
                 #expect(batches.first?["finished"] as? Bool == false)
                 #expect(batches.first?["transfers"] as? Int == 4)
+                let listed = try #require(batches.first?["items"] as? [[String: Any]])
+                #expect(listed.count == 4)
+                #expect(listed.allSatisfy { $0["state"] is String && $0["bytes"] is Int && $0["url"] is String })
+                let text = try await HaulProcess.run(["status"], stateHome: state)
+                #expect(text.stdout.split(separator: "\n").count == 5, "a batch line and its four files")
 
                 let items = try await HaulProcess.run(["status", "1"], stateHome: state)
                 #expect(items.stdout.split(separator: "\n").count == 4)

@@ -15,6 +15,8 @@ struct Persisted: Sendable {
     var completedFile: CompletedFile?
     /// The size of the partial file on disk: the truth for where a download resumes.
     var partialBytes: Int64
+    /// The lease left on the row by a process that is gone (killed): released before anything else is recorded.
+    var staleLeaseOwner: String?
 
     /// Looks a request up in the store; `nil` when the store has no row for it or the row is for another URL or
     /// destination (a caller-chosen identifier reused).
@@ -43,7 +45,8 @@ struct Persisted: Sendable {
         {
             completed = CompletedFile(path: URL(filePath: finalPath), byteCount: size, sha256: row.sha256, modificationTime: modified)
         }
-        return Persisted(row: row, completedFile: completed, partialBytes: partialBytes)
+        let stale = row.leaseOwner.flatMap { LeaseOwner.isAlive($0) ? nil : $0 }
+        return Persisted(row: row, completedFile: completed, partialBytes: partialBytes, staleLeaseOwner: stale)
     }
 
     /// Puts what the store knew into a new record: the same file names (so the partial file is found again, and a

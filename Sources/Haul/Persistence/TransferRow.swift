@@ -64,6 +64,8 @@ enum StoreOperation: Sendable {
     /// The file is about to be renamed to `finalPath`: recorded before the rename, so that a process killed right
     /// after it still knows, on the next run, that the file there is this transfer's.
     case publishing(TransferID, finalPath: String, size: Int64)
+    /// Frees a lease whose holder is gone.
+    case releaseLease(TransferID, holder: String)
     case failed(TransferID, HaulError, attempts: Int)
 
     /// Applies the operation as `owner`. The holder of a transfer's lease changes its row; while no one holds it
@@ -129,6 +131,10 @@ enum StoreOperation: Sendable {
             try db.execute(
                 sql: "UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ? AND \(mine)",
                 arguments: [finalPath, size, now, id.rawValue, owner, now])
+        case .releaseLease(let id, let holder):
+            try db.execute(
+                sql: "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?",
+                arguments: [id.rawValue, holder])
         case .failed(let id, let error, let attempts):
             try db.execute(
                 sql: """
