@@ -66,7 +66,8 @@ let package = Package(
         .testTarget(
             name: "HaulCommandTests",
             dependencies: [
-                "Haul", "HaulCommand", "HaulTesting", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "Haul", "HaulCommand", "HaulTesting",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
     ]

@@ -90,7 +90,9 @@ public final class Batch: Sendable {
         self.manager.withCore { $0.cancel(batch: id, aftermath: &$1) }
     }
 
-    private func forEachTransfer(_ body: (inout TransferManager.Core, TransferID, inout TransferManager.Aftermath) -> Void) {
+    private func forEachTransfer(
+        _ body: (inout TransferManager.Core, TransferID, inout TransferManager.Aftermath) -> Void
+    ) {
         let id = self.id
         self.manager.withCore { core, aftermath in
             guard let batch = core.batches[id] else { return }

@@ -111,5 +111,7 @@ public struct BatchReport: Sendable {
     }
 
     /// Whether every transfer completed or was skipped.
-    public var isSuccess: Bool { self.items.allSatisfy { $0.result.state == .completed || $0.result.state == .skipped } }
+    public var isSuccess: Bool {
+        self.items.allSatisfy { $0.result.state == .completed || $0.result.state == .skipped }
+    }
 }

@@ -21,7 +21,11 @@ public struct Checksum: Hashable, Sendable, CustomStringConvertible {
         /// The algorithm named as aria2c names them (`sha-256`, `sha-512`, `sha-1`, `md5`; `sha256` is accepted too).
         public init?(name: String) {
             let lowered = name.lowercased()
-            guard let base = Base.allCases.first(where: { $0.rawValue == lowered || $0.rawValue.replacingOccurrences(of: "-", with: "") == lowered }) else {
+            guard
+                let base = Base.allCases.first(where: {
+                    $0.rawValue == lowered || $0.rawValue.replacingOccurrences(of: "-", with: "") == lowered
+                })
+            else {
                 return nil
             }
             self.base = base

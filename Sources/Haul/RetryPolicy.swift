@@ -63,7 +63,12 @@ public struct RetryPolicy: Sendable, Hashable {
     ///
     /// - Parameters:
     ///   - random: a value in 0...1 that picks the jitter (injected so that tests are deterministic).
-    func delay(afterAttempt attempt: Int, failingWith error: HaulError, retryAfter: Duration?, random: Double) -> Duration? {
+    func delay(
+        afterAttempt attempt: Int,
+        failingWith error: HaulError,
+        retryAfter: Duration?,
+        random: Double
+    ) -> Duration? {
         guard attempt < self.maximumAttempts, Self.isTransient(error) else { return nil }
         if let retryAfter { return min(max(retryAfter, .zero), self.maximumRetryAfter) }
         let exponential = self.baseDelay.seconds * pow(self.multiplier, Double(attempt - 1))

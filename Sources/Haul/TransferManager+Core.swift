@@ -39,8 +39,10 @@ extension TransferManager {
 
         var progress: TransferProgress {
             TransferProgress(
-                receivedBytes: self.receivedBytes, expectedBytes: self.expectedBytes,
-                bytesPerSecond: self.rate.bytesPerSecond)
+                receivedBytes: self.receivedBytes,
+                expectedBytes: self.expectedBytes,
+                bytesPerSecond: self.rate.bytesPerSecond
+            )
         }
     }
 
@@ -109,7 +111,8 @@ extension TransferManager {
             self.store = store
             self.scheduler = Scheduler.StateMachine(
                 maximumConcurrent: configuration.maximumConcurrentTransfers,
-                maximumPerHost: configuration.maximumTransfersPerHost)
+                maximumPerHost: configuration.maximumTransfersPerHost
+            )
         }
 
         // MARK: Submitting
@@ -127,7 +130,10 @@ extension TransferManager {
         /// Adds a request to a batch: a new transfer, a join of a known one, a file the store knows is complete, or
         /// an immediate failure. `persisted` is what the store knew of the request, read before the lock.
         mutating func add(
-            _ request: TransferRequest, to batchID: BatchID, persisted: Persisted? = nil, aftermath: inout Aftermath
+            _ request: TransferRequest,
+            to batchID: BatchID,
+            persisted: Persisted? = nil,
+            aftermath: inout Aftermath
         ) {
             let now = ContinuousClock.now
             let index = self.batches[batchID]!.order.count
@@ -139,7 +145,8 @@ extension TransferManager {
                 if !sameTarget {
                     let error = HaulError(
                         .duplicateTransfer,
-                        "The identifier \(request.id) already names a transfer of \(existing.request.url.absoluteString)")
+                        "The identifier \(request.id) already names a transfer of \(existing.request.url.absoluteString)"
+                    )
                     self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                     return
                 }
@@ -151,13 +158,18 @@ extension TransferManager {
                 // It failed, was cancelled or skipped: a new submission starts it afresh.
             }
             guard var newRecord = Self.makeRecord(for: request, configuration: self.configuration) else {
-                let error = HaulError(.invalidRequest, "Only http and https URLs with a host can be downloaded: \(request.url.absoluteString)")
+                let error = HaulError(
+                    .invalidRequest,
+                    "Only http and https URLs with a host can be downloaded: \(request.url.absoluteString)"
+                )
                 self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                 return
             }
             if let persisted {
                 persisted.restore(into: &newRecord)
-                if let holder = persisted.staleLeaseOwner { self.store?.enqueue(.releaseLease(request.id, holder: holder)) }
+                if let holder = persisted.staleLeaseOwner {
+                    self.store?.enqueue(.releaseLease(request.id, holder: holder))
+                }
             }
             if let completed = persisted?.completedFile {
                 // Completed by an earlier process, and the file is still there unchanged: no request at all.
@@ -166,7 +178,9 @@ extension TransferManager {
                 newRecord.receivedBytes = completed.byteCount
                 newRecord.expectedBytes = completed.byteCount
                 self.transfers[request.id] = newRecord
-                self.store?.enqueue(.insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .completed)))
+                self.store?.enqueue(
+                    .insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .completed))
+                )
                 // Recorded in full: a file found through the publishing record of a killed process has no result yet.
                 self.store?.enqueue(.completed(request.id, completed, modified: completed.modificationTime))
                 self.batches[batchID]!.tracker.added(request.id, expectedBytes: completed.byteCount)
@@ -176,26 +190,47 @@ extension TransferManager {
             let record = newRecord
             newRecord.batches = [batchID]
             self.transfers[request.id] = newRecord
-            self.store?.enqueue(.insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .waiting)))
+            self.store?.enqueue(
+                .insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .waiting))
+            )
             self.batches[batchID]!.pending[request.id, default: []].append(index)
-            self.batches[batchID]!.tracker.added(request.id, expectedBytes: record.expectedBytes ?? request.expectedByteCount)
+            self.batches[batchID]!.tracker.added(
+                request.id,
+                expectedBytes: record.expectedBytes ?? request.expectedByteCount
+            )
             if record.receivedBytes > 0 {
-                self.batches[batchID]!.tracker.progressed(request.id, receivedBytes: record.receivedBytes, expectedBytes: record.expectedBytes)
+                self.batches[batchID]!.tracker.progressed(
+                    request.id,
+                    receivedBytes: record.receivedBytes,
+                    expectedBytes: record.expectedBytes
+                )
             }
             self.emit(request.id, .queued)
             self.start(self.scheduler.enqueue(request.id, host: record.host))
         }
 
-        private mutating func join(_ id: TransferID, batchID: BatchID, at now: ContinuousClock.Instant, aftermath: inout Aftermath) {
+        private mutating func join(
+            _ id: TransferID,
+            batchID: BatchID,
+            at now: ContinuousClock.Instant,
+            aftermath: inout Aftermath
+        ) {
             var record = self.transfers[id]!
-            self.batches[batchID]!.tracker.added(id, expectedBytes: record.expectedBytes ?? record.request.expectedByteCount)
+            self.batches[batchID]!.tracker.added(
+                id,
+                expectedBytes: record.expectedBytes ?? record.request.expectedByteCount
+            )
             if let result = record.result {
                 self.settle(id, in: batchID, result: result, at: now, aftermath: &aftermath)
                 return
             }
             if !record.batches.contains(batchID) { record.batches.append(batchID) }
             self.transfers[id] = record
-            self.batches[batchID]!.tracker.progressed(id, receivedBytes: record.receivedBytes, expectedBytes: record.expectedBytes)
+            self.batches[batchID]!.tracker.progressed(
+                id,
+                receivedBytes: record.receivedBytes,
+                expectedBytes: record.expectedBytes
+            )
         }
 
         static func makeRecord(for request: TransferRequest, configuration: Configuration) -> Record? {
@@ -206,17 +241,24 @@ extension TransferManager {
             switch request.destination {
             case .file(let path):
                 return Record(
-                    request: request, host: hostKey, folder: path.deletingLastPathComponent(),
-                    nameComponents: [path.lastPathComponent], usesContentDisposition: false,
-                    conflictPolicy: request.conflictPolicy ?? configuration.conflictPolicy)
+                    request: request,
+                    host: hostKey,
+                    folder: path.deletingLastPathComponent(),
+                    nameComponents: [path.lastPathComponent],
+                    usesContentDisposition: false,
+                    conflictPolicy: request.conflictPolicy ?? configuration.conflictPolicy
+                )
             case .folder(let folder):
                 let naming = request.naming ?? configuration.naming
                 let usesContentDisposition = if case .contentDisposition = naming.base { true } else { false }
                 return Record(
-                    request: request, host: hostKey, folder: folder,
+                    request: request,
+                    host: hostKey,
+                    folder: folder,
                     nameComponents: FileNaming.name(for: request.id, url: request.url, policy: naming),
                     usesContentDisposition: usesContentDisposition,
-                    conflictPolicy: request.conflictPolicy ?? configuration.conflictPolicy)
+                    conflictPolicy: request.conflictPolicy ?? configuration.conflictPolicy
+                )
             }
         }
 
@@ -240,19 +282,32 @@ extension TransferManager {
                 headers.append(("User-Agent", self.configuration.userAgent))
             }
             let plan = Download.Plan(
-                id: id, url: record.request.url, headers: headers, folder: record.folder,
-                nameComponents: record.nameComponents, usesContentDisposition: record.usesContentDisposition,
-                conflictPolicy: record.conflictPolicy, expectedByteCount: record.request.expectedByteCount,
-                checksum: record.request.checksum, computesSHA256: record.request.computesSHA256,
-                validator: record.validator, synchronizesFiles: self.configuration.synchronizesFiles,
+                id: id,
+                url: record.request.url,
+                headers: headers,
+                folder: record.folder,
+                nameComponents: record.nameComponents,
+                usesContentDisposition: record.usesContentDisposition,
+                conflictPolicy: record.conflictPolicy,
+                expectedByteCount: record.request.expectedByteCount,
+                checksum: record.request.checksum,
+                computesSHA256: record.request.computesSHA256,
+                validator: record.validator,
+                synchronizesFiles: self.configuration.synchronizesFiles,
                 progress: self.progressCells[id] ?? ProgressCell(record.receivedBytes),
-                maximumFileSize: self.configuration.maximumFileSize, lowSpeedLimit: self.configuration.lowSpeedLimit)
+                maximumFileSize: self.configuration.maximumFileSize,
+                lowSpeedLimit: self.configuration.lowSpeedLimit
+            )
             return (plan, signal)
         }
 
         /// A running attempt ended; returns the wait the driver must do before ``retryWaitEnded(_:_:aftermath:)``
         /// when the transfer will be retried.
-        mutating func attemptEnded(_ id: TransferID, outcome: Download.AttemptOutcome, aftermath: inout Aftermath) -> RetryWait? {
+        mutating func attemptEnded(
+            _ id: TransferID,
+            outcome: Download.AttemptOutcome,
+            aftermath: inout Aftermath
+        ) -> RetryWait? {
             let now = ContinuousClock.now
             let machineOutcome: Download.StateMachine.Outcome? =
                 switch outcome {
@@ -264,8 +319,11 @@ extension TransferManager {
             var retryDelay: Duration?
             if case .failed(let error) = outcome {
                 retryDelay = self.configuration.retryPolicy.delay(
-                    afterAttempt: self.transfers[id]!.machine.attempts, failingWith: error,
-                    retryAfter: error.retryAfter, random: .random(in: 0...1))
+                    afterAttempt: self.transfers[id]!.machine.attempts,
+                    failingWith: error,
+                    retryAfter: error.retryAfter,
+                    random: .random(in: 0...1)
+                )
             }
             if let cell = self.progressCells.removeValue(forKey: id) {
                 self.progressed(id, receivedBytes: cell.load(), at: now)
@@ -353,16 +411,23 @@ extension TransferManager {
         mutating func stopAll(aftermath: inout Aftermath) {
             for id in Array(self.transfers.keys) { self.pause(id, aftermath: &aftermath) }
             for batchID in Array(self.batches.keys) {
-                guard let pending = self.batches[batchID]?.pending, self.batches[batchID]?.isFinished == false else { continue }
-                for id in pending.keys { self.settle(id, in: batchID, result: .cancelled, at: .now, aftermath: &aftermath) }
+                guard let pending = self.batches[batchID]?.pending, self.batches[batchID]?.isFinished == false else {
+                    continue
+                }
+                for id in pending.keys {
+                    self.settle(id, in: batchID, result: .cancelled, at: .now, aftermath: &aftermath)
+                }
                 self.batches[batchID]!.isSealed = true
                 self.finishIfDone(batchID, aftermath: &aftermath)
             }
         }
 
         private mutating func apply(
-            _ action: Download.StateMachine.Action, to id: TransferID, result: TransferResult?,
-            at now: ContinuousClock.Instant, aftermath: inout Aftermath
+            _ action: Download.StateMachine.Action,
+            to id: TransferID,
+            result: TransferResult?,
+            at now: ContinuousClock.Instant,
+            aftermath: inout Aftermath
         ) {
             switch action {
             case .none:
@@ -386,13 +451,20 @@ extension TransferManager {
                 self.emit(id, .paused)
             case .stopRetryWaitAndFinish(let outcome):
                 self.transfers[id]!.stopSignal?.fire()
-                self.apply(.finish(outcome, removePartialFile: true, dequeue: false), to: id, result: result, at: now, aftermath: &aftermath)
+                self.apply(
+                    .finish(outcome, removePartialFile: true, dequeue: false),
+                    to: id,
+                    result: result,
+                    at: now,
+                    aftermath: &aftermath
+                )
             case .finish(let outcome, let removePartialFile, let dequeue):
                 if dequeue { self.scheduler.removeWaiting(id) }
                 let record = self.transfers[id]!
                 if removePartialFile {
                     aftermath.removedFiles.append(
-                        Download.partPath(id: id, folder: record.folder, nameComponents: record.nameComponents))
+                        Download.partPath(id: id, folder: record.folder, nameComponents: record.nameComponents)
+                    )
                 }
                 let finalResult: TransferResult = outcome == .cancelled ? .cancelled : (result ?? .cancelled)
                 self.finish(id, record: record, result: finalResult, at: now, aftermath: &aftermath)
@@ -406,7 +478,12 @@ extension TransferManager {
             self.emit(id, .started(offset: offset))
         }
 
-        mutating func responseAccepted(_ id: TransferID, validator: Download.Validator, expectedBytes: Int64?, receivedBytes: Int64) {
+        mutating func responseAccepted(
+            _ id: TransferID,
+            validator: Download.Validator,
+            expectedBytes: Int64?,
+            receivedBytes: Int64
+        ) {
             guard var record = self.transfers[id] else { return }
             record.validator = validator.ifRangeValue == nil ? nil : validator
             record.expectedBytes = expectedBytes ?? record.request.expectedByteCount
@@ -414,10 +491,18 @@ extension TransferManager {
             self.transfers[id] = record
             self.store?.enqueue(
                 .validator(
-                    id, etag: record.validator?.etag, lastModified: record.validator?.lastModified,
-                    totalSize: record.expectedBytes))
+                    id,
+                    etag: record.validator?.etag,
+                    lastModified: record.validator?.lastModified,
+                    totalSize: record.expectedBytes
+                )
+            )
             for batchID in record.batches {
-                self.batches[batchID]?.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: record.expectedBytes)
+                self.batches[batchID]?.tracker.progressed(
+                    id,
+                    receivedBytes: receivedBytes,
+                    expectedBytes: record.expectedBytes
+                )
             }
         }
 
@@ -437,7 +522,8 @@ extension TransferManager {
             let changed = receivedBytes != record.lastReportedBytes
             record.receivedBytes = receivedBytes
             record.rate.record(totalBytes: receivedBytes, at: now)
-            let due = changed && (record.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true)
+            let due =
+                changed && (record.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true)
             if due {
                 record.lastProgressEvent = now
                 record.lastReportedBytes = receivedBytes
@@ -454,14 +540,21 @@ extension TransferManager {
             self.transfers[id] = record
             if due { self.emit(id, .progressed(record.progress)) }
             for batchID in record.batches {
-                self.batches[batchID]?.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: record.expectedBytes)
+                self.batches[batchID]?.tracker.progressed(
+                    id,
+                    receivedBytes: receivedBytes,
+                    expectedBytes: record.expectedBytes
+                )
                 self.emitBatchProgress(batchID, at: now, force: false)
             }
         }
 
         /// Records a transfer's end, in each batch that waits for it.
         private mutating func finish(
-            _ id: TransferID, record: Record, result: TransferResult, at now: ContinuousClock.Instant,
+            _ id: TransferID,
+            record: Record,
+            result: TransferResult,
+            at now: ContinuousClock.Instant,
             aftermath: inout Aftermath
         ) {
             var record = record
@@ -484,8 +577,12 @@ extension TransferManager {
 
         /// Gives a transfer its result in one batch, and ends the batch when that was its last transfer.
         private mutating func settle(
-            _ id: TransferID, in batchID: BatchID, result: TransferResult, at now: ContinuousClock.Instant,
-            aftermath: inout Aftermath, emitted: Bool = false
+            _ id: TransferID,
+            in batchID: BatchID,
+            result: TransferResult,
+            at now: ContinuousClock.Instant,
+            aftermath: inout Aftermath,
+            emitted: Bool = false
         ) {
             guard let indices = self.batches[batchID]?.pending.removeValue(forKey: id) else { return }
             for index in indices {
@@ -495,16 +592,26 @@ extension TransferManager {
 
         /// Gives the item at `index` of a batch its result.
         private mutating func settle(
-            index: Int, in batchID: BatchID, result: TransferResult, at now: ContinuousClock.Instant,
-            aftermath: inout Aftermath, emitted: Bool = false
+            index: Int,
+            in batchID: BatchID,
+            result: TransferResult,
+            at now: ContinuousClock.Instant,
+            aftermath: inout Aftermath,
+            emitted: Bool = false
         ) {
-            guard let (id, url) = self.batches[batchID]?.order[index], self.batches[batchID]?.results[index] == nil else {
+            guard let (id, url) = self.batches[batchID]?.order[index], self.batches[batchID]?.results[index] == nil
+            else {
                 return
             }
             // The record is this item's transfer unless the item failed before it had one (a clash of identifiers).
             let record = self.transfers[id].flatMap { $0.request.url == url ? $0 : nil }
             let item = BatchReport.Item(
-                id: id, url: url, result: result, attempts: record?.machine.attempts ?? 0, restarts: record?.restarts ?? [])
+                id: id,
+                url: url,
+                result: result,
+                attempts: record?.machine.attempts ?? 0,
+                restarts: record?.restarts ?? []
+            )
             let byteCount: Int64? = if case .completed(let file) = result { file.byteCount } else { nil }
             self.withBatch(batchID) { batch in
                 if !emitted { batch.events?.yield(.transfer(TransferEvent(id: id, url: url, kind: .finished(result)))) }
@@ -565,7 +672,12 @@ extension TransferManager.Core {
     static let leaseRenewalInterval: Duration = .seconds(10)
 
     /// The store operation for a transfer's event.
-    static func persist(_ kind: TransferEvent.Kind, of record: TransferManager.Record, id: TransferID, to store: StoreWriter) {
+    static func persist(
+        _ kind: TransferEvent.Kind,
+        of record: TransferManager.Record,
+        id: TransferID,
+        to store: StoreWriter
+    ) {
         let attempts = record.machine.attempts
         switch kind {
         case .queued, .resumed: store.enqueue(.state(id, .waiting, attempts: attempts))
@@ -583,22 +695,42 @@ extension TransferManager.Core {
     /// The store's row for a record.
     func row(for record: TransferManager.Record, state: TransferState) -> TransferRow {
         let secret = self.configuration.secretHeaderNames
-        let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }.map { [$0.name, $0.value] }
+        let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }.map {
+            [$0.name, $0.value]
+        }
         let (kind, path): (String, String) =
             switch record.request.destination {
             case .folder(let url): ("folder", url.standardizedFileURL.path)
             case .file(let url): ("file", url.standardizedFileURL.path)
             }
         return TransferRow(
-            id: record.request.id.rawValue, url: record.request.url.absoluteString, destinationKind: kind,
-            destinationPath: path, folder: record.folder.path, nameComponents: Self.json(record.nameComponents),
-            usesContentDisposition: record.usesContentDisposition, conflictPolicy: record.conflictPolicy.description,
-            headers: Self.json(headers), checksum: record.request.checksum?.description,
-            expectedSize: record.request.expectedByteCount, computesSHA256: record.request.computesSHA256,
-            state: state.description, bytesOnDisk: record.receivedBytes, totalSize: record.expectedBytes,
-            etag: record.validator?.etag, lastModified: record.validator?.lastModified, attempts: 0, finalPath: nil,
-            finalSize: nil, finalModified: nil, sha256: nil, errorCode: nil, errorMessage: nil, httpStatus: nil,
-            updatedAt: Date().timeIntervalSince1970)
+            id: record.request.id.rawValue,
+            url: record.request.url.absoluteString,
+            destinationKind: kind,
+            destinationPath: path,
+            folder: record.folder.path,
+            nameComponents: Self.json(record.nameComponents),
+            usesContentDisposition: record.usesContentDisposition,
+            conflictPolicy: record.conflictPolicy.description,
+            headers: Self.json(headers),
+            checksum: record.request.checksum?.description,
+            expectedSize: record.request.expectedByteCount,
+            computesSHA256: record.request.computesSHA256,
+            state: state.description,
+            bytesOnDisk: record.receivedBytes,
+            totalSize: record.expectedBytes,
+            etag: record.validator?.etag,
+            lastModified: record.validator?.lastModified,
+            attempts: 0,
+            finalPath: nil,
+            finalSize: nil,
+            finalModified: nil,
+            sha256: nil,
+            errorCode: nil,
+            errorMessage: nil,
+            httpStatus: nil,
+            updatedAt: Date().timeIntervalSince1970
+        )
     }
 
     static func json<T: Encodable>(_ value: T) -> String {

@@ -44,7 +44,8 @@ public final class TransferManager: Sendable {
         let manager = TransferManager(configuration: configuration, client: client)
         let result: Swift.Result<Result, any Error>
         do {
-            result = try await withThrowingTaskGroup(of: Void.self, returning: Swift.Result<Result, any Error>.self) { group in
+            result = try await withThrowingTaskGroup(of: Void.self, returning: Swift.Result<Result, any Error>.self) {
+                group in
                 group.addTask { await manager.run() }
                 group.addTask { await manager.sampleProgress() }
                 let outcome: Swift.Result<Result, any Error>
@@ -108,7 +109,9 @@ public final class TransferManager: Sendable {
         case .claimed:
             break
         case .heldElsewhere:
-            return .failed(HaulError(.leasedElsewhere, "Another haul process sharing the state database is downloading this file"))
+            return .failed(
+                HaulError(.leasedElsewhere, "Another haul process sharing the state database is downloading this file")
+            )
         case .completedElsewhere(let file):
             return .completed(file)
         }
@@ -327,7 +330,8 @@ extension TransferManager: Download.Observer {
         self.core.withLockedValue { $0.attemptStarted(id, offset: offset) }
     }
 
-    func responseAccepted(_ id: TransferID, validator: Download.Validator, expectedBytes: Int64?, receivedBytes: Int64) {
+    func responseAccepted(_ id: TransferID, validator: Download.Validator, expectedBytes: Int64?, receivedBytes: Int64)
+    {
         self.core.withLockedValue {
             $0.responseAccepted(id, validator: validator, expectedBytes: expectedBytes, receivedBytes: receivedBytes)
         }

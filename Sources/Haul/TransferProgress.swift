@@ -59,9 +59,18 @@ public struct BatchProgress: Hashable, Sendable {
 
     /// Creates a progress value (for tests and adapters; the manager makes its own).
     public init(
-        totalFiles: Int, completedFiles: Int, failedFiles: Int, cancelledFiles: Int, skippedFiles: Int,
-        transferredBytes: Int64, expectedBytes: Int64?, knownExpectedBytes: Int64, filesOfUnknownSize: Int,
-        fractionCompleted: Double, bytesPerSecond: Double, estimatedTimeRemaining: Duration?
+        totalFiles: Int,
+        completedFiles: Int,
+        failedFiles: Int,
+        cancelledFiles: Int,
+        skippedFiles: Int,
+        transferredBytes: Int64,
+        expectedBytes: Int64?,
+        knownExpectedBytes: Int64,
+        filesOfUnknownSize: Int,
+        fractionCompleted: Double,
+        bytesPerSecond: Double,
+        estimatedTimeRemaining: Duration?
     ) {
         self.totalFiles = totalFiles
         self.completedFiles = completedFiles

@@ -40,10 +40,16 @@ struct Get: AsyncParsableCommand {
     @Option(name: .long, help: "Seconds without a byte from the server before an attempt fails (it is retried).")
     var timeout: Double = 60
 
-    @Option(name: [.customShort("H"), .customLong("header")], help: "An extra request header, 'Name: value' (repeatable).")
+    @Option(
+        name: [.customShort("H"), .customLong("header")],
+        help: "An extra request header, 'Name: value' (repeatable)."
+    )
     var headers: [String] = []
 
-    @Option(name: .long, help: "A checksum the file must match, ALGO=HEX (sha-256, sha-512, sha-1, md5), when exactly one URL is given.")
+    @Option(
+        name: .long,
+        help: "A checksum the file must match, ALGO=HEX (sha-256, sha-512, sha-1, md5), when exactly one URL is given."
+    )
     var checksum: String?
 
     @Option(name: .long, help: "When the file exists: rename (to name.1.ext), overwrite, skip, or fail.")
@@ -81,7 +87,9 @@ struct Get: AsyncParsableCommand {
             throw ValidationError("-o/--output takes a file name without /; use -d for the folder.")
         }
         if let checksum = self.checksum, Checksum(parsing: checksum) == nil {
-            throw ValidationError("--checksum takes ALGO=HEX with ALGO one of sha-256, sha-512, sha-1, md5 and a digest of its length.")
+            throw ValidationError(
+                "--checksum takes ALGO=HEX with ALGO one of sha-256, sha-512, sha-1, md5 and a digest of its length."
+            )
         }
         guard ConflictPolicy(name: self.onConflict) != nil else {
             throw ValidationError("--on-conflict must be rename, overwrite, skip or fail.")
@@ -122,7 +130,8 @@ struct Get: AsyncParsableCommand {
         let input = self.inputFile
         let requests = self.commandLineRequests(folder: folder)
 
-        let (report, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+        let (report, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) {
+            manager in
             let batch = try manager.makeBatch()
             let events = batch.events
             // Ctrl-C or SIGTERM: stop every transfer, keep the partial files and the state, exit 130; rerunning resumes.
@@ -165,8 +174,11 @@ struct Get: AsyncParsableCommand {
             let destination: TransferRequest.Destination =
                 self.output.map { .file(folder.appending(path: $0, directoryHint: .notDirectory)) } ?? .folder(folder)
             return TransferRequest(
-                url: url, destination: destination, checksum: self.checksum.flatMap(Checksum.init(parsing:)),
-                headers: self.parsedHeaders)
+                url: url,
+                destination: destination,
+                checksum: self.checksum.flatMap(Checksum.init(parsing:)),
+                headers: self.parsedHeaders
+            )
         }
     }
 
@@ -184,23 +196,32 @@ struct Get: AsyncParsableCommand {
     }
 
     private static func addItems(
-        fromInputFile path: String, to batch: Batch, folder: URL, headers: [(name: String, value: String)]
+        fromInputFile path: String,
+        to batch: Batch,
+        folder: URL,
+        headers: [(name: String, value: String)]
     ) throws {
         let reader = try LineReader(path: path)
         var parser = InputFileParser()
         func add(_ item: InputItem) throws {
             var itemFolder = folder
             if let directory = item.directory {
-                itemFolder = directory.hasPrefix("/")
+                itemFolder =
+                    directory.hasPrefix("/")
                     ? URL(filePath: directory, directoryHint: .isDirectory)
                     : folder.appending(path: directory, directoryHint: .isDirectory)
             }
             let destination: TransferRequest.Destination =
-                item.outputName.map { .file(itemFolder.appending(path: $0, directoryHint: .notDirectory)) } ?? .folder(itemFolder)
+                item.outputName.map { .file(itemFolder.appending(path: $0, directoryHint: .notDirectory)) }
+                ?? .folder(itemFolder)
             try batch.add(
                 TransferRequest(
-                    url: item.url, destination: destination, checksum: item.checksum,
-                    headers: headers + item.headers.map { ($0.name, $0.value) }))
+                    url: item.url,
+                    destination: destination,
+                    checksum: item.checksum,
+                    headers: headers + item.headers.map { ($0.name, $0.value) }
+                )
+            )
         }
         while let line = reader.next() {
             if let item = try parser.feed(line) { try add(item) }

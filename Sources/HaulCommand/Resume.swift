@@ -9,7 +9,8 @@ struct Resume: AsyncParsableCommand {
             Partial files continue with a validated Range request; files already complete are not fetched again.
             Secret headers (Authorization, Cookie) are never stored, so requests that needed them may now fail.
             Exit codes: 0 every item completed; 1 at least one failed; 64 bad usage; 130 interrupted.
-            """)
+            """
+    )
 
     @Option(name: [.customShort("j"), .long], help: "How many files download at once.")
     var maxConcurrent: Int = 4
@@ -23,8 +24,12 @@ struct Resume: AsyncParsableCommand {
     @OptionGroup var state: StateOptions
 
     func validate() throws {
-        guard (1...256).contains(self.maxConcurrent) else { throw ValidationError("--max-concurrent must be between 1 and 256.") }
-        if self.state.disabled { throw ValidationError("resume needs the state database; --no-state makes no sense here.") }
+        guard (1...256).contains(self.maxConcurrent) else {
+            throw ValidationError("--max-concurrent must be between 1 and 256.")
+        }
+        if self.state.disabled {
+            throw ValidationError("resume needs the state database; --no-state makes no sense here.")
+        }
         if self.json && self.quiet { throw ValidationError("--json and --quiet cannot be used together.") }
     }
 
@@ -46,7 +51,8 @@ struct Resume: AsyncParsableCommand {
         configuration.maximumConcurrentTransfers = self.maxConcurrent
         let mode: EventRenderer.Mode = self.json ? .json : (self.quiet ? .quiet : .plain(progressEvery: .seconds(2)))
         let started = ContinuousClock.now
-        let (reports, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+        let (reports, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) {
+            manager in
             let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
             defer { interruption.stop() }
             var reports: [BatchReport] = []
@@ -62,7 +68,8 @@ struct Resume: AsyncParsableCommand {
             return (reports, interruption.hasFired)
         }
         let merged = BatchReport(batchID: reports.first?.batchID ?? BatchID(0), items: reports.flatMap(\.items))
-        for line in Summary.lines(for: merged, elapsed: .now - started) where !(self.quiet && !line.hasPrefix("FAILED")) {
+        for line in Summary.lines(for: merged, elapsed: .now - started) where !(self.quiet && !line.hasPrefix("FAILED"))
+        {
             if self.json { Get.printError(line) } else { Get.printOutput(line) }
         }
         if interrupted { throw ExitCode(130) }

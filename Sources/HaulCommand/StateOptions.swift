@@ -6,14 +6,20 @@ import Haul
 struct StateOptions: ParsableArguments {
     @Option(
         name: .customLong("state"),
-        help: "The state database (default: $XDG_STATE_HOME/haul/state.sqlite, else ~/.local/state/haul/state.sqlite).")
+        help: "The state database (default: $XDG_STATE_HOME/haul/state.sqlite, else ~/.local/state/haul/state.sqlite)."
+    )
     var path: String?
 
-    @Flag(name: .customLong("no-state"), help: "Keep no state: a rerun cannot resume, and nothing is written outside -d.")
+    @Flag(
+        name: .customLong("no-state"),
+        help: "Keep no state: a rerun cannot resume, and nothing is written outside -d."
+    )
     var disabled = false
 
     func validate() throws {
-        if self.disabled && self.path != nil { throw ValidationError("--state and --no-state cannot be used together.") }
+        if self.disabled && self.path != nil {
+            throw ValidationError("--state and --no-state cannot be used together.")
+        }
     }
 
     /// The database path, following the XDG base directory convention.

@@ -5,7 +5,8 @@ import Haul
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the batches in the state database, or the transfers of one batch.",
-        discussion: "Exit codes: 0 shown; 1 the state database cannot be read; 64 bad usage or an unknown batch.")
+        discussion: "Exit codes: 0 shown; 1 the state database cannot be read; 64 bad usage or an unknown batch."
+    )
 
     @Argument(help: "A batch to show transfer by transfer.")
     var batch: Int?
@@ -19,8 +20,12 @@ struct Status: ParsableCommand {
     @OptionGroup var state: StateOptions
 
     func validate() throws {
-        if self.state.disabled { throw ValidationError("status needs the state database; --no-state makes no sense here.") }
-        if self.prune && self.batch != nil { throw ValidationError("--prune applies to all batches; give no batch with it.") }
+        if self.state.disabled {
+            throw ValidationError("status needs the state database; --no-state makes no sense here.")
+        }
+        if self.prune && self.batch != nil {
+            throw ValidationError("--prune applies to all batches; give no batch with it.")
+        }
     }
 
     func run() throws {
@@ -28,13 +33,19 @@ struct Status: ParsableCommand {
         do {
             if self.prune {
                 let forgotten = try store.forgetFinishedBatches()
-                Get.printOutput(self.json ? #"{"forgotten":\#(forgotten)}"# : "Forgot \(forgotten) finished batch\(forgotten == 1 ? "" : "es").")
+                Get.printOutput(
+                    self.json
+                        ? #"{"forgotten":\#(forgotten)}"#
+                        : "Forgot \(forgotten) finished batch\(forgotten == 1 ? "" : "es")."
+                )
                 return
             }
             if let batch = self.batch {
                 let transfers = try store.transfers(inBatch: BatchID(batch))
                 guard !transfers.isEmpty else {
-                    Get.printError("haul: no batch \(batch) in \(self.state.resolvedPath?.path ?? "the state database")")
+                    Get.printError(
+                        "haul: no batch \(batch) in \(self.state.resolvedPath?.path ?? "the state database")"
+                    )
                     throw ExitCode(64)
                 }
                 for line in StatusRendering.transferLines(transfers, json: self.json) { Get.printOutput(line) }
@@ -54,7 +65,9 @@ struct Status: ParsableCommand {
 
 /// Status output as pure functions of what the store holds.
 enum StatusRendering {
-    static let order = ["waiting", "running", "waitingToRetry", "paused", "completed", "skipped", "failed", "cancelled"]
+    static let order = [
+        "waiting", "running", "waitingToRetry", "paused", "completed", "skipped", "failed", "cancelled",
+    ]
 
     /// One line per batch, each followed by its transfers (indented in text; an `items` array in JSON).
     static func batchLines(_ batches: [StoredBatch], items: [[StoredTransfer]], json: Bool) -> [String] {
@@ -68,7 +81,8 @@ enum StatusRendering {
         guard !batches.isEmpty else { return ["No batches."] }
         return zip(batches, items).flatMap { batch, transfers in
             let states = self.order.compactMap { state in batch.transferCounts[state].map { "\($0) \(state)" } }
-            let header = "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
+            let header =
+                "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
                 + states.joined(separator: ", ") + "; \(Formatting.bytes(batch.bytesOnDisk)) on disk"
             return [header] + self.transferLines(transfers, json: false).map { "  " + $0 }
         }
@@ -76,7 +90,8 @@ enum StatusRendering {
 
     static func batchObject(_ batch: StoredBatch) -> [String: JSONValue] {
         [
-            "batch": .int(batch.id.rawValue), "createdAt": .string(ISO8601DateFormatter().string(from: batch.createdAt)),
+            "batch": .int(batch.id.rawValue),
+            "createdAt": .string(ISO8601DateFormatter().string(from: batch.createdAt)),
             "transfers": .int(batch.transferCount), "finished": .bool(batch.isFinished),
             "bytesOnDisk": .int(Int(batch.bytesOnDisk)), "states": .object(batch.transferCounts.mapValues { .int($0) }),
         ]
@@ -85,7 +100,8 @@ enum StatusRendering {
     static func transferObject(_ transfer: StoredTransfer) -> [String: JSONValue] {
         var object: [String: JSONValue] = [
             "id": .string(transfer.id.rawValue), "url": .string(transfer.url.absoluteString),
-            "state": .string(transfer.state), "bytes": .int(Int(transfer.bytesOnDisk)), "attempts": .int(transfer.attempts),
+            "state": .string(transfer.state), "bytes": .int(Int(transfer.bytesOnDisk)),
+            "attempts": .int(transfer.attempts),
         ]
         if let total = transfer.totalBytes { object["total"] = .int(Int(total)) }
         if let path = transfer.finalPath, transfer.state == "completed" { object["path"] = .string(path.path) }
@@ -100,9 +116,11 @@ enum StatusRendering {
     static func transferLines(_ transfers: [StoredTransfer], json: Bool) -> [String] {
         transfers.map { transfer in
             if json { return encode(self.transferObject(transfer)) }
-            let size = transfer.totalBytes.map { "\(Formatting.bytes(transfer.bytesOnDisk)) of \(Formatting.bytes($0))" }
+            let size =
+                transfer.totalBytes.map { "\(Formatting.bytes(transfer.bytesOnDisk)) of \(Formatting.bytes($0))" }
                 ?? Formatting.bytes(transfer.bytesOnDisk)
-            var line = "\(transfer.state.padding(toLength: 14, withPad: " ", startingAt: 0)) \(size)  \(transfer.url.absoluteString)"
+            var line =
+                "\(transfer.state.padding(toLength: 14, withPad: " ", startingAt: 0)) \(size)  \(transfer.url.absoluteString)"
             if let message = transfer.errorMessage, transfer.state == "failed" { line += "  (\(message))" }
             return line
         }

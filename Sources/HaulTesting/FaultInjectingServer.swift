@@ -72,8 +72,12 @@ public final class FaultInjectingServer: Sendable {
 
         /// Creates a resource.
         public init(
-            body: [UInt8], etag: String? = nil, lastModified: String? = "Wed, 21 Oct 2015 07:28:00 GMT",
-            contentDisposition: String? = nil, chunkSize: Int = 64 * 1024, chunkDelay: Duration? = nil,
+            body: [UInt8],
+            etag: String? = nil,
+            lastModified: String? = "Wed, 21 Oct 2015 07:28:00 GMT",
+            contentDisposition: String? = nil,
+            chunkSize: Int = 64 * 1024,
+            chunkDelay: Duration? = nil,
             faults: [Fault?] = []
         ) {
             self.body = body
@@ -127,7 +131,8 @@ public final class FaultInjectingServer: Sendable {
 
     /// Starts a server on `host` (loopback) and an ephemeral port, runs `body`, and stops the server.
     public static func withServer<Result>(
-        host: String = "127.0.0.1", resources: [String: Resource] = [:],
+        host: String = "127.0.0.1",
+        resources: [String: Resource] = [:],
         _ body: (FaultInjectingServer) async throws -> Result
     ) async throws -> Result {
         let state = NIOLockedValueBox(State(resources: resources))
@@ -246,7 +251,8 @@ public final class FaultInjectingServer: Sendable {
             for (name, value) in head.headers { headers[name.lowercased()] = value }
             let (resource, fault): (Resource?, Fault?) = self.state.withLockedValue { state in
                 state.requests.append(
-                    RecordedRequest(method: head.method.rawValue, path: path, headers: headers, receivedAt: .now))
+                    RecordedRequest(method: head.method.rawValue, path: path, headers: headers, receivedAt: .now)
+                )
                 state.inFlight += 1
                 state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
                 let count = state.requestCounts[path, default: 0]
@@ -263,28 +269,57 @@ public final class FaultInjectingServer: Sendable {
             }
             switch fault {
             case .status(let code):
-                self.sendText(status: HTTPResponseStatus(statusCode: code), "injected status \(code)\n", context: context)
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code),
+                    "injected status \(code)\n",
+                    context: context
+                )
                 return
             case .retryAfter(let code, let value):
                 self.sendText(
-                    status: HTTPResponseStatus(statusCode: code), "slow down\n", headers: ["Retry-After": value], context: context)
+                    status: HTTPResponseStatus(statusCode: code),
+                    "slow down\n",
+                    headers: ["Retry-After": value],
+                    context: context
+                )
                 return
             case .rangeNotSatisfiable(let length) where headers["range"] != nil:
-                self.sendText(status: .rangeNotSatisfiable, "", headers: ["Content-Range": "bytes */\(length)"], context: context)
+                self.sendText(
+                    status: .rangeNotSatisfiable,
+                    "",
+                    headers: ["Content-Range": "bytes */\(length)"],
+                    context: context
+                )
                 return
             case .hugeHeader(let bytes):
-                self.sendText(status: .ok, "x", headers: ["X-Huge": String(repeating: "a", count: bytes)], context: context)
+                self.sendText(
+                    status: .ok,
+                    "x",
+                    headers: ["X-Huge": String(repeating: "a", count: bytes)],
+                    context: context
+                )
                 return
             case .conflictingContentLength:
                 var conflicting = HTTPHeaders()
                 conflicting.add(name: "Content-Length", value: "5")
                 conflicting.add(name: "Content-Length", value: "7")
-                context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: conflicting))), promise: nil)
-                context.write(self.wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: "1234567")))), promise: nil)
+                context.write(
+                    self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: conflicting))),
+                    promise: nil
+                )
+                context.write(
+                    self.wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: "1234567")))),
+                    promise: nil
+                )
                 self.finishResponse(context: context)
                 return
             case .redirect(let code, let location):
-                self.sendText(status: HTTPResponseStatus(statusCode: code), "", headers: ["Location": location], context: context)
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code),
+                    "",
+                    headers: ["Location": location],
+                    context: context
+                )
                 return
             default:
                 break
@@ -295,7 +330,9 @@ public final class FaultInjectingServer: Sendable {
             var status = HTTPResponseStatus.ok
             var responseHeaders = HTTPHeaders()
             if let etag = resource.etag { responseHeaders.add(name: "ETag", value: etag) }
-            if let lastModified = resource.lastModified { responseHeaders.add(name: "Last-Modified", value: lastModified) }
+            if let lastModified = resource.lastModified {
+                responseHeaders.add(name: "Last-Modified", value: lastModified)
+            }
             if let disposition = resource.contentDisposition {
                 responseHeaders.add(name: "Content-Disposition", value: disposition)
             }
@@ -307,15 +344,17 @@ public final class FaultInjectingServer: Sendable {
             if fault == .changeETag {
                 responseHeaders.replaceOrAdd(name: "ETag", value: "\"changed-\(resource.body.count)\"")
             }
-            let ignoresIfRange = fault.map {
-                switch $0 {
-                case .changeETag, .shiftContentRange, .wrongCompleteLength: true
-                default: false
-                }
-            } == true
+            let ignoresIfRange =
+                fault.map {
+                    switch $0 {
+                    case .changeETag, .shiftContentRange, .wrongCompleteLength: true
+                    default: false
+                    }
+                } == true
             if fault != .ignoreRange, let range = headers["range"], let first = Self.rangeStart(range) {
                 let ifRangeMatches =
-                    ignoresIfRange || (headers["if-range"].map { $0 == resource.etag || $0 == resource.lastModified } ?? true)
+                    ignoresIfRange
+                    || (headers["if-range"].map { $0 == resource.etag || $0 == resource.lastModified } ?? true)
                 if ifRangeMatches {
                     if first >= total {
                         responseHeaders.add(name: "Content-Range", value: "bytes */\(total)")
@@ -328,7 +367,10 @@ public final class FaultInjectingServer: Sendable {
                     if case .shiftContentRange(let shift) = fault { announced = max(0, min(total - 1, first + shift)) }
                     var announcedTotal = total
                     if case .wrongCompleteLength(let delta) = fault { announcedTotal = total + delta }
-                    responseHeaders.add(name: "Content-Range", value: "bytes \(announced)-\(total - 1)/\(announcedTotal)")
+                    responseHeaders.add(
+                        name: "Content-Range",
+                        value: "bytes \(announced)-\(total - 1)/\(announcedTotal)"
+                    )
                 }
             }
             var closeAfter: Int?
@@ -349,7 +391,12 @@ public final class FaultInjectingServer: Sendable {
             default:
                 responseHeaders.add(name: "Content-Length", value: String(total - start))
             }
-            context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: responseHeaders))), promise: nil)
+            context.write(
+                self.wrapOutboundOut(
+                    .head(HTTPResponseHead(version: .http1_1, status: status, headers: responseHeaders))
+                ),
+                promise: nil
+            )
             if let stallAfter {
                 let end = min(total, start + stallAfter)
                 let buffer = context.channel.allocator.buffer(bytes: resource.body[start..<end])
@@ -360,7 +407,13 @@ public final class FaultInjectingServer: Sendable {
             self.writeBody(resource, from: start, sent: 0, closeAfter: closeAfter, context: context)
         }
 
-        private func writeBody(_ resource: Resource, from offset: Int, sent: Int, closeAfter: Int?, context: ChannelHandlerContext) {
+        private func writeBody(
+            _ resource: Resource,
+            from offset: Int,
+            sent: Int,
+            closeAfter: Int?,
+            context: ChannelHandlerContext
+        ) {
             guard context.channel.isActive else { return }
             var end = min(resource.body.count, offset + resource.chunkSize)
             if let closeAfter { end = min(end, offset + max(0, closeAfter - sent)) }
@@ -397,18 +450,34 @@ public final class FaultInjectingServer: Sendable {
             }
         }
 
-        private func sendText(status: HTTPResponseStatus, _ text: String, headers: [String: String], context: ChannelHandlerContext) {
+        private func sendText(
+            status: HTTPResponseStatus,
+            _ text: String,
+            headers: [String: String],
+            context: ChannelHandlerContext
+        ) {
             var httpHeaders = HTTPHeaders()
             for (name, value) in headers { httpHeaders.add(name: name, value: value) }
             self.sendText(status: status, text, headers: httpHeaders, context: context)
         }
 
-        private func sendText(status: HTTPResponseStatus, _ text: String, headers: HTTPHeaders = HTTPHeaders(), context: ChannelHandlerContext) {
+        private func sendText(
+            status: HTTPResponseStatus,
+            _ text: String,
+            headers: HTTPHeaders = HTTPHeaders(),
+            context: ChannelHandlerContext
+        ) {
             var headers = headers
             headers.replaceOrAdd(name: "Content-Length", value: String(text.utf8.count))
-            context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+            context.write(
+                self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
+                promise: nil
+            )
             if !text.isEmpty {
-                context.write(self.wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: text)))), promise: nil)
+                context.write(
+                    self.wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: text)))),
+                    promise: nil
+                )
             }
             self.finishResponse(context: context)
         }

@@ -31,7 +31,8 @@ public struct NginxServer: Sendable {
     ///
     /// - Parameter extraLocationConfig: directives added to `location /` (for example `limit_rate 100k;`).
     public static func withServer<Result>(
-        extraLocationConfig: String = "", _ body: (NginxServer) async throws -> Result
+        extraLocationConfig: String = "",
+        _ body: (NginxServer) async throws -> Result
     ) async throws -> Result {
         guard let executable = self.executable else { throw NginxError("nginx is not installed") }
         let base = FileManager.default.temporaryDirectory.appending(path: "haul-nginx-\(UUID().uuidString)")
@@ -66,7 +67,10 @@ public struct NginxServer: Sendable {
             try config.write(to: configPath, atomically: true, encoding: .utf8)
             let process = Process()
             process.executableURL = URL(filePath: executable)
-            process.arguments = ["-p", base.path, "-e", base.appending(path: "error.log").path, "-c", configPath.path, "-g", "daemon off;"]
+            process.arguments = [
+                "-p", base.path, "-e", base.appending(path: "error.log").path, "-c", configPath.path, "-g",
+                "daemon off;",
+            ]
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             try process.run()

@@ -6,7 +6,8 @@ import Testing
 struct HaulProcess {
     static var executable: URL {
         // The test bundle sits beside the products of the same build.
-        let products = Bundle.main.bundleURL.pathExtension == "xctest"
+        let products =
+            Bundle.main.bundleURL.pathExtension == "xctest"
             ? Bundle.main.bundleURL.deletingLastPathComponent() : Bundle.main.bundleURL
         return products.appending(path: "haul")
     }
@@ -23,7 +24,9 @@ struct HaulProcess {
         process.executableURL = self.executable
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
-        environment["XDG_STATE_HOME"] = (stateHome ?? FileManager.default.temporaryDirectory.appending(path: "haul-state-\(UUID().uuidString)")).path
+        environment["XDG_STATE_HOME"] =
+            (stateHome ?? FileManager.default.temporaryDirectory.appending(path: "haul-state-\(UUID().uuidString)"))
+            .path
         environment["NO_COLOR"] = "1"
         process.environment = environment
         return process
@@ -44,7 +47,11 @@ struct HaulProcess {
         async let stderrData = Task.detached { err.fileHandleForReading.readDataToEndOfFile() }.value
         let (o, e) = await (stdoutData, stderrData)
         process.waitUntilExit()
-        return Output(status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+        return Output(
+            status: process.terminationStatus,
+            stdout: String(decoding: o, as: UTF8.self),
+            stderr: String(decoding: e, as: UTF8.self)
+        )
     }
 }
 
@@ -60,9 +67,13 @@ struct EndToEndTests {
     }
 
     @Test func exitsZeroWhenEveryFileCompletesAndWritesThemByteForByte() async throws {
-        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body), "/b.bin": .init(body: [1, 2])]) { server in
+        try await FaultInjectingServer.withServer(resources: [
+            "/a.bin": .init(body: Self.body), "/b.bin": .init(body: [1, 2]),
+        ]) { server in
             try await self.withFolder { folder in
-                let output = try await HaulProcess.run(["get", server.url("/a.bin").absoluteString, server.url("/b.bin").absoluteString, "-d", folder.path])
+                let output = try await HaulProcess.run([
+                    "get", server.url("/a.bin").absoluteString, server.url("/b.bin").absoluteString, "-d", folder.path,
+                ])
                 #expect(output.status == 0, "\(output.stderr)")
                 #expect(try Data(contentsOf: folder.appending(path: "a.bin")) == Data(Self.body))
                 #expect(output.stdout.contains("2 files: 2 completed, 0 failed"))
@@ -75,7 +86,9 @@ struct EndToEndTests {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in
                 let missing = server.url("/missing").absoluteString
-                let output = try await HaulProcess.run(["get", server.url("/a.bin").absoluteString, missing, "-d", folder.path])
+                let output = try await HaulProcess.run([
+                    "get", server.url("/a.bin").absoluteString, missing, "-d", folder.path,
+                ])
                 #expect(output.status == 1)
                 #expect(output.stdout.contains("FAILED \(missing): The server answered 404 Not Found [HTTP 404]"))
             }
@@ -85,7 +98,9 @@ struct EndToEndTests {
     @Test func exitsSixtyFourOnBadUsageAndOnABadInputFileWithoutDownloading() async throws {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in
-                #expect(try await HaulProcess.run(["get", "-j", "0", server.url("/a.bin").absoluteString]).status == 64)
+                #expect(
+                    try await HaulProcess.run(["get", "-j", "0", server.url("/a.bin").absoluteString]).status == 64
+                )
                 let list = "\(server.url("/a.bin").absoluteString)\n  colour=blue\n"
                 let output = try await HaulProcess.run(["get", "-i", "-", "-d", folder.path], stdin: list)
                 #expect(output.status == 64)
@@ -108,7 +123,9 @@ struct EndToEndTests {
                     """
                 let file = folder.appending(path: "list.txt")
                 try list.write(to: file, atomically: true, encoding: .utf8)
-                let output = try await HaulProcess.run(["get", "-i", file.path, "-d", folder.appending(path: "out").path])
+                let output = try await HaulProcess.run([
+                    "get", "-i", file.path, "-d", folder.appending(path: "out").path,
+                ])
                 #expect(output.status == 0, "\(output.stderr)")
                 #expect(try Data(contentsOf: folder.appending(path: "out/sub/dir/renamed.bin")) == Data(Self.body))
                 #expect(server.requests.first?.headers["x-token"] == "secret")
@@ -120,7 +137,10 @@ struct EndToEndTests {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in
                 let output = try await HaulProcess.run(
-                    ["get", server.url("/a.bin").absoluteString, server.url("/nope").absoluteString, "-d", folder.path, "--json"])
+                    [
+                        "get", server.url("/a.bin").absoluteString, server.url("/nope").absoluteString, "-d",
+                        folder.path, "--json",
+                    ])
                 #expect(output.status == 1)
                 let events = try output.stdout.split(separator: "\n").map { line in
                     try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
@@ -158,10 +178,16 @@ struct EndToEndTests {
     }
 
     @Test func exits130WhenInterruptedAndLeavesNoFinishedFileBehind() async throws {
-        let slow = FaultInjectingServer.Resource(body: FaultInjectingServer.body(size: 2_000_000, seed: 1), chunkSize: 10_000, chunkDelay: .milliseconds(20))
+        let slow = FaultInjectingServer.Resource(
+            body: FaultInjectingServer.body(size: 2_000_000, seed: 1),
+            chunkSize: 10_000,
+            chunkDelay: .milliseconds(20)
+        )
         try await FaultInjectingServer.withServer(resources: ["/slow.bin": slow]) { server in
             try await self.withFolder { folder in
-                let process = HaulProcess.makeProcess(["get", server.url("/slow.bin").absoluteString, "-d", folder.path, "--json"])
+                let process = HaulProcess.makeProcess([
+                    "get", server.url("/slow.bin").absoluteString, "-d", folder.path, "--json",
+                ])
                 let out = Pipe()
                 process.standardOutput = out
                 process.standardError = FileHandle.nullDevice

@@ -29,7 +29,8 @@ struct InputFileTests {
               header=X-Trace: 1
 
             http://example.com/b
-            """)
+            """
+        )
         #expect(items.count == 2)
         #expect(items[0].url.absoluteString == "https://example.com/a.zip")
         #expect(items[0].outputName == "renamed.zip")
@@ -72,9 +73,11 @@ struct GetArgumentTests {
         let command = try #require(
             try HaulCommand.parseAsRoot([
                 "get", "http://h/a", "-d", "out", "-o", "x.bin", "-j", "8", "--max-per-host", "2", "-H", "A: b",
-                "--checksum", "md5=" + String(repeating: "0", count: 32), "--on-conflict", "skip", "--content-disposition",
+                "--checksum", "md5=" + String(repeating: "0", count: 32), "--on-conflict", "skip",
+                "--content-disposition",
                 "--json", "--retries", "2", "--timeout", "1.5",
-            ]) as? Get)
+            ]) as? Get
+        )
         #expect(command.retries == 2)
         #expect(command.timeout == 1.5)
         #expect(command.maxConcurrent == 8)
@@ -108,7 +111,8 @@ struct GetArgumentTests {
 @Suite("Rendering output")
 struct RenderingTests {
     @Test(arguments: [
-        (Int64(0), "0 B"), (Int64(1023), "1023 B"), (Int64(1024), "1.00 KiB"), (Int64(1_572_864), "1.50 MiB"), (Int64(123 * 1024 * 1024), "123 MiB"),
+        (Int64(0), "0 B"), (Int64(1023), "1023 B"), (Int64(1024), "1.00 KiB"), (Int64(1_572_864), "1.50 MiB"),
+        (Int64(123 * 1024 * 1024), "123 MiB"),
     ])
     func formatsByteCounts(count: Int64, expected: String) {
         #expect(Formatting.bytes(count) == expected)
@@ -123,20 +127,41 @@ struct RenderingTests {
 
     @Test func writesAProgressLineWithCountsBytesSpeedAndTimeLeft() {
         let progress = BatchProgress(
-            totalFiles: 200, completedFiles: 12, failedFiles: 3, cancelledFiles: 0, skippedFiles: 0,
-            transferredBytes: 1_048_576, expectedBytes: 4_194_304, knownExpectedBytes: 4_194_304, filesOfUnknownSize: 0,
-            fractionCompleted: 0.25, bytesPerSecond: 1_048_576, estimatedTimeRemaining: .seconds(3))
+            totalFiles: 200,
+            completedFiles: 12,
+            failedFiles: 3,
+            cancelledFiles: 0,
+            skippedFiles: 0,
+            transferredBytes: 1_048_576,
+            expectedBytes: 4_194_304,
+            knownExpectedBytes: 4_194_304,
+            filesOfUnknownSize: 0,
+            fractionCompleted: 0.25,
+            bytesPerSecond: 1_048_576,
+            estimatedTimeRemaining: .seconds(3)
+        )
         #expect(
             EventRenderer.progressLine(progress)
-                == "progress  12/200 files, 3 failed, 1.00 MiB of 4.00 MiB (25%), 1.00 MiB/s, 3.0s left")
+                == "progress  12/200 files, 3 failed, 1.00 MiB of 4.00 MiB (25%), 1.00 MiB/s, 3.0s left"
+        )
     }
 
     @Test func writesPlainProgressLinesAtMostEveryInterval() {
         var renderer = EventRenderer(mode: .plain(progressEvery: .seconds(2)))
         let progress = BatchProgress(
-            totalFiles: 2, completedFiles: 0, failedFiles: 0, cancelledFiles: 0, skippedFiles: 0, transferredBytes: 1,
-            expectedBytes: nil, knownExpectedBytes: 0, filesOfUnknownSize: 2, fractionCompleted: 0.1, bytesPerSecond: 0,
-            estimatedTimeRemaining: nil)
+            totalFiles: 2,
+            completedFiles: 0,
+            failedFiles: 0,
+            cancelledFiles: 0,
+            skippedFiles: 0,
+            transferredBytes: 1,
+            expectedBytes: nil,
+            knownExpectedBytes: 0,
+            filesOfUnknownSize: 2,
+            fractionCompleted: 0.1,
+            bytesPerSecond: 0,
+            estimatedTimeRemaining: nil
+        )
         let now = ContinuousClock.now
         #expect(renderer.lines(for: .progressed(progress), at: now).count == 1)
         #expect(renderer.lines(for: .progressed(progress), at: now + .seconds(1)).isEmpty)
@@ -146,8 +171,11 @@ struct RenderingTests {
     @Test func writesFailuresAsJSONWithCodeMessageAndStatus() {
         let event = BatchEvent.transfer(
             TransferEvent(
-                id: "t1", url: URL(string: "http://h/a")!,
-                kind: .finished(.failed(HaulError(.httpStatus, "The server answered 404 Not Found", httpStatus: 404)))))
+                id: "t1",
+                url: URL(string: "http://h/a")!,
+                kind: .finished(.failed(HaulError(.httpStatus, "The server answered 404 Not Found", httpStatus: 404)))
+            )
+        )
         let line = JSONEvent.make(event)?.encoded()
         #expect(
             line

@@ -9,9 +9,14 @@ struct PersistenceEndToEndTests {
 
     /// Paced resources: each file takes about half a second, so a process can be stopped in the middle.
     static func resources() -> [String: FaultInjectingServer.Resource] {
-        Dictionary(uniqueKeysWithValues: self.files.enumerated().map { index, body in
-            ("/f\(index).bin", FaultInjectingServer.Resource(body: body, chunkSize: 8_192, chunkDelay: .milliseconds(12)))
-        })
+        Dictionary(
+            uniqueKeysWithValues: self.files.enumerated().map { index, body in
+                (
+                    "/f\(index).bin",
+                    FaultInjectingServer.Resource(body: body, chunkSize: 8_192, chunkDelay: .milliseconds(12))
+                )
+            }
+        )
     }
 
     func withFolder<T>(_ body: (URL) async throws -> T) async throws -> T {
@@ -24,12 +29,17 @@ struct PersistenceEndToEndTests {
     /// Starts `haul get --json` on every file, waits until `stopAfter` progress lines were printed, then sends
     /// `signal` and waits for the process to end.
     func interruptedRun(
-        _ server: FaultInjectingServer, folder: URL, signal: Int32, stopAfter progressLines: Int, event: String = "progress"
+        _ server: FaultInjectingServer,
+        folder: URL,
+        signal: Int32,
+        stopAfter progressLines: Int,
+        event: String = "progress"
     ) throws -> Int32 {
         let urls = Self.files.indices.map { server.url("/f\($0).bin").absoluteString }
         let process = HaulProcess.makeProcess(
             ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "2", "--json"],
-            stateHome: folder.appending(path: "state"))
+            stateHome: folder.appending(path: "state")
+        )
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
@@ -51,7 +61,9 @@ struct PersistenceEndToEndTests {
     func rerun(_ server: FaultInjectingServer, folder: URL) async throws -> HaulProcess.Output {
         let urls = Self.files.indices.map { server.url("/f\($0).bin").absoluteString }
         return try await HaulProcess.run(
-            ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "2"], stateHome: folder.appending(path: "state"))
+            ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "2"],
+            stateHome: folder.appending(path: "state")
+        )
     }
 
     func expectEveryFileIdentical(_ folder: URL) throws {
@@ -83,25 +95,44 @@ struct PersistenceEndToEndTests {
     @Test func survivesKillNineAtSeveralPointsAndLosesNothing() async throws {
         // Kill points: before the first byte (at the first "started"), then in progress lines seen: at the first
         // bytes, in the first files, between files, near the end.
-        for (stopAfter, event) in [(1, "started"), (1, "progress"), (5, "progress"), (12, "progress"), (30, "progress")] {
+        for (stopAfter, event) in [
+            (1, "started"), (1, "progress"), (5, "progress"), (12, "progress"), (30, "progress"),
+        ] {
             try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
                 try await self.withFolder { folder in
-                    let status = try self.interruptedRun(server, folder: folder, signal: SIGKILL, stopAfter: stopAfter, event: event)
+                    let status = try self.interruptedRun(
+                        server,
+                        folder: folder,
+                        signal: SIGKILL,
+                        stopAfter: stopAfter,
+                        event: event
+                    )
                     #expect(status == SIGKILL || status == 0 || status == 9)
                     let before = server.requests.count
                     let published = Set(
-                        ((try? FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "out").path)) ?? [])
-                            .filter { !$0.hasSuffix(".part") }.map { "/" + $0 })
+                        ((try? FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "out").path))
+                            ?? [])
+                            .filter { !$0.hasSuffix(".part") }.map { "/" + $0 }
+                    )
                     let output = try await self.rerun(server, folder: folder)
                     #expect(output.status == 0, "kill point \(stopAfter): \(output.stderr)")
                     try self.expectEveryFileIdentical(folder)
                     let askedAgain = server.requests.dropFirst(before).map(\.path).filter(published.contains)
-                    #expect(askedAgain.isEmpty, "kill point \(stopAfter): a file the first run published is never fetched again")
+                    #expect(
+                        askedAgain.isEmpty,
+                        "kill point \(stopAfter): a file the first run published is never fetched again"
+                    )
                     let total = Self.files.reduce(0) { $0 + $1.count }
-                    #expect(server.servedBodyBytes <= total + 2 * 600_000, "kill point \(stopAfter): only unflushed tails again")
+                    #expect(
+                        server.servedBodyBytes <= total + 2 * 600_000,
+                        "kill point \(stopAfter): only unflushed tails again"
+                    )
                     let store = try TransferStore(path: folder.appending(path: "state/haul/state.sqlite"))
                     let batches = try store.batches()
-                    #expect(!batches.isEmpty && batches.allSatisfy { $0.transferCounts.keys.allSatisfy { $0 == "completed" } })
+                    #expect(
+                        !batches.isEmpty
+                            && batches.allSatisfy { $0.transferCounts.keys.allSatisfy { $0 == "completed" } }
+                    )
                 }
             }
         }
@@ -149,11 +180,17 @@ struct PersistenceEndToEndTests {
             try await self.withFolder { folder in
                 let state = folder.appending(path: "state")
                 let output = try await HaulProcess.run(
-                    ["get", server.url("/f0.bin").absoluteString, "-d", folder.appending(path: "out").path, "--no-state"],
-                    stateHome: state)
+                    [
+                        "get", server.url("/f0.bin").absoluteString, "-d", folder.appending(path: "out").path,
+                        "--no-state",
+                    ],
+                    stateHome: state
+                )
                 #expect(output.status == 0)
                 #expect(!FileManager.default.fileExists(atPath: state.path))
-                #expect(try await HaulProcess.run(["get", "http://h/a", "--no-state", "--state", "/tmp/x"]).status == 64)
+                #expect(
+                    try await HaulProcess.run(["get", "http://h/a", "--no-state", "--state", "/tmp/x"]).status == 64
+                )
             }
         }
     }

@@ -19,7 +19,10 @@ struct BatchDownloadTests {
                 #expect(report.items.count == 200)
                 #expect(report.completed.count == 200)
                 for (index, size) in sizes.enumerated() {
-                    #expect(contents(of: folder.appending(path: "f\(index).bin")) == FaultInjectingServer.body(size: size, seed: UInt64(index)))
+                    #expect(
+                        contents(of: folder.appending(path: "f\(index).bin"))
+                            == FaultInjectingServer.body(size: size, seed: UInt64(index))
+                    )
                 }
                 #expect(names(in: folder).count == 200, "no partial files are left behind")
             }
@@ -31,7 +34,9 @@ struct BatchDownloadTests {
         let refusing = try await FaultInjectingServer.refusingPort()
         try await FaultInjectingServer.withServer(resources: ["/ok": .init(body: body)]) { server in
             try await withTemporaryDirectory { folder in
-                let urls = [server.url("/ok"), server.url("/missing"), URL(string: "http://127.0.0.1:\(refusing)/gone")!]
+                let urls = [
+                    server.url("/ok"), server.url("/missing"), URL(string: "http://127.0.0.1:\(refusing)/gone")!,
+                ]
                 let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
                     try await manager.download(urls, into: folder)
                 }
@@ -60,12 +65,15 @@ struct BatchDownloadTests {
         var resources: [String: FaultInjectingServer.Resource] = [:]
         for index in 0..<12 {
             resources["/slow\(index)"] = .init(
-                body: FaultInjectingServer.body(size: 40_000, seed: UInt64(index)), chunkSize: 8_000,
-                chunkDelay: .milliseconds(20))
+                body: FaultInjectingServer.body(size: 40_000, seed: UInt64(index)),
+                chunkSize: 8_000,
+                chunkDelay: .milliseconds(20)
+            )
         }
         try await FaultInjectingServer.withServer(resources: resources) { server in
             try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 3)) { manager in
+                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 3)) {
+                    manager in
                     try await manager.download((0..<12).map { server.url("/slow\($0)") }, into: folder)
                 }
                 #expect(report.completed.count == 12)
@@ -78,12 +86,16 @@ struct BatchDownloadTests {
         var resources: [String: FaultInjectingServer.Resource] = [:]
         for index in 0..<8 {
             resources["/slow\(index)"] = .init(
-                body: FaultInjectingServer.body(size: 40_000, seed: UInt64(index)), chunkSize: 8_000,
-                chunkDelay: .milliseconds(20))
+                body: FaultInjectingServer.body(size: 40_000, seed: UInt64(index)),
+                chunkSize: 8_000,
+                chunkDelay: .milliseconds(20)
+            )
         }
         try await FaultInjectingServer.withServer(resources: resources) { server in
             try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 8, perHost: 2)) { manager in
+                let report = try await TransferManager.withTransferManager(
+                    configuration: .testing(concurrent: 8, perHost: 2)
+                ) { manager in
                     try await manager.download((0..<8).map { server.url("/slow\($0)") }, into: folder)
                 }
                 #expect(report.completed.count == 8)
@@ -97,13 +109,18 @@ struct BatchDownloadTests {
         var resources: [String: FaultInjectingServer.Resource] = [:]
         for (index, size) in sizes.enumerated() {
             resources["/p\(index)"] = .init(
-                body: FaultInjectingServer.body(size: size, seed: UInt64(index)), chunkSize: 50_000,
-                chunkDelay: .milliseconds(5))
+                body: FaultInjectingServer.body(size: size, seed: UInt64(index)),
+                chunkSize: 50_000,
+                chunkDelay: .milliseconds(5)
+            )
         }
         try await FaultInjectingServer.withServer(resources: resources) { server in
             try await withTemporaryDirectory { folder in
-                let snapshots = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 2)) { manager in
-                    let batch = try manager.enqueue(sizes.indices.map { TransferRequest(url: server.url("/p\($0)"), into: folder) })
+                let snapshots = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 2)) {
+                    manager in
+                    let batch = try manager.enqueue(
+                        sizes.indices.map { TransferRequest(url: server.url("/p\($0)"), into: folder) }
+                    )
                     var snapshots: [BatchProgress] = []
                     for await event in batch.events {
                         if case .progressed(let progress) = event { snapshots.append(progress) }
@@ -131,7 +148,8 @@ struct BatchDownloadTests {
             try await withTemporaryDirectory { folder in
                 let target = folder.appending(path: "a/b/c/renamed.dat")
                 let report = try await TransferManager.withTransferManager { manager in
-                    try await manager.enqueue(TransferRequest(url: server.url("/x"), destination: .file(target))).report()
+                    try await manager.enqueue(TransferRequest(url: server.url("/x"), destination: .file(target)))
+                        .report()
                 }
                 #expect(report.completed.first?.file.path.standardizedFileURL == target.standardizedFileURL)
                 #expect(contents(of: target) == body)
@@ -142,14 +160,17 @@ struct BatchDownloadTests {
     @Test func computesTheSHA256WhenAskedAndVerifiesChecksums() async throws {
         let body = Array("hello".utf8)
         let sha256 = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
-        try await FaultInjectingServer.withServer(resources: ["/h": .init(body: body), "/h2": .init(body: body)]) { server in
+        try await FaultInjectingServer.withServer(resources: ["/h": .init(body: body), "/h2": .init(body: body)]) {
+            server in
             try await withTemporaryDirectory { folder in
                 let report = try await TransferManager.withTransferManager { manager in
                     try await manager.enqueue([
                         TransferRequest(url: server.url("/h"), destination: .folder(folder), computesSHA256: true),
                         TransferRequest(
-                            url: server.url("/h2"), destination: .folder(folder),
-                            checksum: Checksum(algorithm: .md5, hexDigest: "00000000000000000000000000000000")),
+                            url: server.url("/h2"),
+                            destination: .folder(folder),
+                            checksum: Checksum(algorithm: .md5, hexDigest: "00000000000000000000000000000000")
+                        ),
                     ]).report()
                 }
                 #expect(report.completed.first?.file.sha256 == sha256)
@@ -163,7 +184,9 @@ struct BatchDownloadTests {
         try await FaultInjectingServer.withServer(resources: ["/s": .init(body: [1, 2, 3])]) { server in
             try await withTemporaryDirectory { folder in
                 let report = try await TransferManager.withTransferManager { manager in
-                    try await manager.enqueue(TransferRequest(url: server.url("/s"), destination: .folder(folder), expectedByteCount: 4)).report()
+                    try await manager.enqueue(
+                        TransferRequest(url: server.url("/s"), destination: .folder(folder), expectedByteCount: 4)
+                    ).report()
                 }
                 #expect(report.failed.first?.error.code == .sizeMismatch)
             }

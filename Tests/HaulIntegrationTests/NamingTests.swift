@@ -9,10 +9,16 @@ struct NamingTests {
     static let body = FaultInjectingServer.body(size: 1_000, seed: 5)
 
     func download(
-        _ paths: [String], resources: [String: FaultInjectingServer.Resource]? = nil, naming: NamingPolicy = .urlPath,
-        conflict: ConflictPolicy = .rename, into folder: URL, check: ((FaultInjectingServer, BatchReport) throws -> Void)? = nil
+        _ paths: [String],
+        resources: [String: FaultInjectingServer.Resource]? = nil,
+        naming: NamingPolicy = .urlPath,
+        conflict: ConflictPolicy = .rename,
+        into folder: URL,
+        check: ((FaultInjectingServer, BatchReport) throws -> Void)? = nil
     ) async throws -> BatchReport {
-        let resources = resources ?? Dictionary(uniqueKeysWithValues: paths.map { ($0, FaultInjectingServer.Resource(body: Self.body)) })
+        let resources =
+            resources
+            ?? Dictionary(uniqueKeysWithValues: paths.map { ($0, FaultInjectingServer.Resource(body: Self.body)) })
         return try await FaultInjectingServer.withServer(resources: resources) { server in
             var configuration = TransferManager.Configuration.testing()
             configuration.naming = naming
@@ -37,15 +43,27 @@ struct NamingTests {
         try await withTemporaryDirectory { folder in
             let resources: [String: FaultInjectingServer.Resource] = [
                 "/1": .init(body: Self.body, contentDisposition: "attachment; filename=\"../../evil.sh\""),
-                "/2": .init(body: Self.body, contentDisposition: "attachment; filename=\"x.txt\"; filename*=UTF-8''na%C3%AFve.txt"),
+                "/2": .init(
+                    body: Self.body,
+                    contentDisposition: "attachment; filename=\"x.txt\"; filename*=UTF-8''na%C3%AFve.txt"
+                ),
                 "/3": .init(body: Self.body, contentDisposition: "attachment; filename=\"/etc/passwd\""),
                 "/4": .init(body: Self.body),
             ]
-            let report = try await self.download(["/1", "/2", "/3", "/4"], resources: resources, naming: .contentDisposition, into: folder)
+            let report = try await self.download(
+                ["/1", "/2", "/3", "/4"],
+                resources: resources,
+                naming: .contentDisposition,
+                into: folder
+            )
             #expect(report.completed.count == 4)
             #expect(names(in: folder) == ["4", "___.._evil.sh", "_etc_passwd", "naïve.txt"])
             #expect(names(in: folder.deletingLastPathComponent()).contains(folder.lastPathComponent))
-            #expect(!FileManager.default.fileExists(atPath: folder.deletingLastPathComponent().appending(path: "evil.sh").path))
+            #expect(
+                !FileManager.default.fileExists(
+                    atPath: folder.deletingLastPathComponent().appending(path: "evil.sh").path
+                )
+            )
         }
     }
 
@@ -77,7 +95,11 @@ struct NamingTests {
             #expect(report.completed.count == 2)
             #expect(contents(of: folder.appending(path: "albums/2024/a.jpg")) == Self.body)
             #expect(contents(of: folder.appending(path: "outside/b.jpg")) == Self.body)
-            #expect(!FileManager.default.fileExists(atPath: folder.deletingLastPathComponent().appending(path: "outside").path))
+            #expect(
+                !FileManager.default.fileExists(
+                    atPath: folder.deletingLastPathComponent().appending(path: "outside").path
+                )
+            )
         }
     }
 

@@ -3,13 +3,19 @@ import Haul
 import HaulTesting
 import Testing
 
-@Suite("Against a real nginx", .timeLimit(.minutes(2)), .enabled(if: NginxServer.executable != nil, "nginx is not installed"))
+@Suite(
+    "Against a real nginx",
+    .timeLimit(.minutes(2)),
+    .enabled(if: NginxServer.executable != nil, "nginx is not installed")
+)
 struct NginxTests {
     @Test func downloadsABatchOfMixedSizesByteForByte() async throws {
         try await NginxServer.withServer { nginx in
             let sizes = [0, 1, 4_096, 100_000, 1_048_576, 3_000_001]
             for (index, size) in sizes.enumerated() {
-                try Data(FaultInjectingServer.body(size: size, seed: UInt64(index))).write(to: nginx.root.appending(path: "f\(index).bin"))
+                try Data(FaultInjectingServer.body(size: size, seed: UInt64(index))).write(
+                    to: nginx.root.appending(path: "f\(index).bin")
+                )
             }
             try await withTemporaryDirectory { folder in
                 let urls = sizes.indices.map { nginx.url("/f\($0).bin") } + [nginx.url("/missing.bin")]
@@ -19,7 +25,10 @@ struct NginxTests {
                 #expect(report.completed.count == sizes.count)
                 #expect(report.failed.map(\.error.httpStatus) == [404])
                 for (index, size) in sizes.enumerated() {
-                    #expect(contents(of: folder.appending(path: "f\(index).bin")) == FaultInjectingServer.body(size: size, seed: UInt64(index)))
+                    #expect(
+                        contents(of: folder.appending(path: "f\(index).bin"))
+                            == FaultInjectingServer.body(size: size, seed: UInt64(index))
+                    )
                 }
             }
         }
@@ -52,7 +61,9 @@ struct NginxTests {
                     manager.resume(transferID)
                     var resumedAt: Int64 = 0
                     for await event in batch.events {
-                        if case .transfer(let transfer) = event, case .started(let offset) = transfer.kind { resumedAt = offset }
+                        if case .transfer(let transfer) = event, case .started(let offset) = transfer.kind {
+                            resumedAt = offset
+                        }
                     }
                     #expect(resumedAt > 100_000)
                     return await batch.report()

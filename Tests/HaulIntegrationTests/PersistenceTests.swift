@@ -15,17 +15,27 @@ struct PersistenceTests {
     }
 
     /// Runs a first manager until `big` has 60,000 bytes on disk (the server stalls there), then ends its scope.
-    func interruptedFirstRun(server: FaultInjectingServer, folder: URL, store: TransferStore) async throws -> BatchReport {
+    func interruptedFirstRun(
+        server: FaultInjectingServer,
+        folder: URL,
+        store: TransferStore
+    ) async throws -> BatchReport {
         try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
             let batch = try manager.enqueue([
                 TransferRequest(url: server.url("/done"), into: folder),
-                TransferRequest(url: server.url("/big"), destination: .folder(folder), headers: [("Authorization", "Bearer s3cret")]),
+                TransferRequest(
+                    url: server.url("/big"),
+                    destination: .folder(folder),
+                    headers: [("Authorization", "Bearer s3cret")]
+                ),
             ])
             var bigStalled = false
             var doneFinished = false
             for await event in batch.events {
                 guard case .transfer(let transfer) = event else { continue }
-                if transfer.url.path == "/big", case .progressed(let progress) = transfer.kind, progress.receivedBytes >= 60_000 {
+                if transfer.url.path == "/big", case .progressed(let progress) = transfer.kind,
+                    progress.receivedBytes >= 60_000
+                {
                     bigStalled = true
                 }
                 if transfer.url.path == "/done", case .finished = transfer.kind { doneFinished = true }
@@ -38,7 +48,12 @@ struct PersistenceTests {
     func resources() -> [String: FaultInjectingServer.Resource] {
         [
             "/done": .init(body: Self.done),
-            "/big": .init(body: Self.big, chunkSize: 20_000, chunkDelay: .milliseconds(2), faults: [.stall(afterBytes: 60_000)]),
+            "/big": .init(
+                body: Self.big,
+                chunkSize: 20_000,
+                chunkDelay: .milliseconds(2),
+                faults: [.stall(afterBytes: 60_000)]
+            ),
         ]
     }
 
@@ -52,10 +67,15 @@ struct PersistenceTests {
                 #expect(names(in: folder).contains { $0.hasSuffix(".part") }, "the partial file is kept")
 
                 let before = server.requests.count
-                let second = try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
+                let second = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    manager in
                     try await manager.enqueue([
                         TransferRequest(url: server.url("/done"), into: folder),
-                        TransferRequest(url: server.url("/big"), destination: .folder(folder), headers: [("Authorization", "Bearer s3cret")]),
+                        TransferRequest(
+                            url: server.url("/big"),
+                            destination: .folder(folder),
+                            headers: [("Authorization", "Bearer s3cret")]
+                        ),
                     ]).report()
                 }
                 #expect(second.completed.count == 2, "\(second.items.map(\.result))")
@@ -74,13 +94,18 @@ struct PersistenceTests {
         try await FaultInjectingServer.withServer(resources: ["/done": .init(body: Self.done)]) { server in
             try await withTemporaryDirectory { folder in
                 let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
-                let request = TransferRequest(url: server.url("/done"), destination: .folder(folder.appending(path: "out")), conflictPolicy: .overwrite)
+                let request = TransferRequest(
+                    url: server.url("/done"),
+                    destination: .folder(folder.appending(path: "out")),
+                    conflictPolicy: .overwrite
+                )
                 for change in ["none", "delete", "change"] {
                     let file = folder.appending(path: "out/done")
                     if change == "delete" { try FileManager.default.removeItem(at: file) }
                     if change == "change" { try Data("edited".utf8).write(to: file) }
                     let before = server.requests.count
-                    let report = try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
+                    let report = try await TransferManager.withTransferManager(configuration: self.configuration(store))
+                    { manager in
                         try await manager.enqueue(request).report()
                     }
                     #expect(report.completed.count == 1)
@@ -96,7 +121,11 @@ struct PersistenceTests {
         try await FaultInjectingServer.withServer(resources: self.resources()) { server in
             try await withTemporaryDirectory { folder in
                 let path = folder.appending(path: "state.sqlite")
-                _ = try await self.interruptedFirstRun(server: server, folder: folder, store: try TransferStore(path: path))
+                _ = try await self.interruptedFirstRun(
+                    server: server,
+                    folder: folder,
+                    store: try TransferStore(path: path)
+                )
                 let reopened = try TransferStore(path: path)
                 let id = TransferRequest(url: server.url("/done"), into: folder).id
                 let stored = try #require(try reopened.transfer(id))
@@ -104,7 +133,8 @@ struct PersistenceTests {
                 #expect(stored.finalPath?.lastPathComponent == "done")
                 let big = try #require(try reopened.transfer(TransferRequest(url: server.url("/big"), into: folder).id))
                 #expect(big.state == "paused")
-                let database = try String(contentsOf: path, encoding: .isoLatin1)
+                let database =
+                    try String(contentsOf: path, encoding: .isoLatin1)
                     + ((try? String(contentsOf: folder.appending(path: "state.sqlite-wal"), encoding: .isoLatin1)) ?? "")
                 #expect(!database.contains("s3cret"))
             }
@@ -117,7 +147,8 @@ struct PersistenceTests {
                 let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
                 let first = try await self.interruptedFirstRun(server: server, folder: folder, store: store)
                 #expect(try store.unfinishedBatches().map(\.id) == [first.batchID])
-                let report = try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
+                let report = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    manager in
                     try await manager.resumeStoredBatch(first.batchID).report()
                 }
                 #expect(report.batchID == first.batchID)
@@ -139,7 +170,9 @@ struct PersistenceTests {
                 patient.retryPolicy.maximumAttempts = 100
                 patient.retryPolicy.baseDelay = .milliseconds(50)
                 patient.retryPolicy.maximumDelay = .milliseconds(100)
-                async let first = TransferManager.withTransferManager(configuration: self.configuration(try TransferStore(path: path))) {
+                async let first = TransferManager.withTransferManager(
+                    configuration: self.configuration(try TransferStore(path: path))
+                ) {
                     try await $0.enqueue(request).report()
                 }
                 async let second = TransferManager.withTransferManager(configuration: patient) {

@@ -20,27 +20,44 @@ struct ResilienceTests {
     static let body = FaultInjectingServer.body(size: 300_000, seed: 11)
 
     /// A resource whose chunks arrive apart, so that every byte sent before a fault reaches the client.
-    static func paced(_ faults: [FaultInjectingServer.Fault?], body: [UInt8] = Self.body) -> FaultInjectingServer.Resource {
+    static func paced(
+        _ faults: [FaultInjectingServer.Fault?],
+        body: [UInt8] = Self.body
+    ) -> FaultInjectingServer.Resource {
         .init(body: body, chunkSize: 20_000, chunkDelay: .milliseconds(5), faults: faults)
     }
 
     /// Downloads one resource and returns the report, the server's requests and the events.
     func fetch(
-        _ resource: FaultInjectingServer.Resource, configuration: TransferManager.Configuration = .retrying(),
-        headers: [(name: String, value: String)] = [], checksum: Checksum? = nil
-    ) async throws -> (report: BatchReport, requests: [FaultInjectingServer.RecordedRequest], events: [TransferEvent.Kind], folder: [String], file: [UInt8]?) {
+        _ resource: FaultInjectingServer.Resource,
+        configuration: TransferManager.Configuration = .retrying(),
+        headers: [(name: String, value: String)] = [],
+        checksum: Checksum? = nil
+    ) async throws -> (
+        report: BatchReport, requests: [FaultInjectingServer.RecordedRequest], events: [TransferEvent.Kind],
+        folder: [String], file: [UInt8]?
+    ) {
         try await FaultInjectingServer.withServer(resources: ["/file": resource]) { server in
             try await withTemporaryDirectory { folder in
-                let (report, events) = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                let (report, events) = try await TransferManager.withTransferManager(configuration: configuration) {
+                    manager in
                     let batch = try manager.enqueue(
-                        TransferRequest(url: server.url("/file"), destination: .folder(folder), checksum: checksum, headers: headers))
+                        TransferRequest(
+                            url: server.url("/file"),
+                            destination: .folder(folder),
+                            checksum: checksum,
+                            headers: headers
+                        )
+                    )
                     var events: [TransferEvent.Kind] = []
                     for await event in batch.events {
                         if case .transfer(let transfer) = event { events.append(transfer.kind) }
                     }
                     return (await batch.report(), events)
                 }
-                return (report, server.requests, events, names(in: folder), contents(of: folder.appending(path: "file")))
+                return (
+                    report, server.requests, events, names(in: folder), contents(of: folder.appending(path: "file"))
+                )
             }
         }
     }
@@ -82,7 +99,9 @@ struct ResilienceTests {
 
     @Test func givesUpAfterTheMaximumNumberOfAttempts() async throws {
         let result = try await self.fetch(
-            .init(body: Self.body, faults: Array(repeating: .status(502), count: 10)), configuration: .retrying(attempts: 3))
+            .init(body: Self.body, faults: Array(repeating: .status(502), count: 10)),
+            configuration: .retrying(attempts: 3)
+        )
         #expect(result.report.failed.first?.error.httpStatus == 502)
         #expect(result.requests.count == 3)
     }
@@ -103,7 +122,10 @@ struct ResilienceTests {
                 let requests = server.requests
                 #expect(requests.map(\.path) == ["/a", "/b", "/a"] || requests.map(\.path) == ["/a", "/a", "/b"])
                 let second = try #require(requests.dropFirst().first)
-                #expect(second.receivedAt - requests[0].receivedAt >= .milliseconds(950), "the host was left alone for Retry-After")
+                #expect(
+                    second.receivedAt - requests[0].receivedAt >= .milliseconds(950),
+                    "the host was left alone for Retry-After"
+                )
             }
         }
     }
@@ -113,7 +135,8 @@ struct ResilienceTests {
         configuration.retryPolicy.maximumRetryAfter = .milliseconds(200)
         let result = try await self.fetch(
             .init(body: Self.body, faults: [.retryAfter(status: 429, value: "Wed, 21 Oct 2099 07:28:00 GMT")]),
-            configuration: configuration)
+            configuration: configuration
+        )
         #expect(result.report.completed.count == 1)
         #expect(result.requests[1].receivedAt - result.requests[0].receivedAt >= .milliseconds(190))
     }
@@ -121,8 +144,11 @@ struct ResilienceTests {
     @Test func retriesARefusedConnection() async throws {
         let port = try await FaultInjectingServer.refusingPort()
         try await withTemporaryDirectory { folder in
-            let report = try await TransferManager.withTransferManager(configuration: .retrying(attempts: 2)) { manager in
-                let batch = try manager.enqueue(TransferRequest(url: URL(string: "http://127.0.0.1:\(port)/x")!, into: folder))
+            let report = try await TransferManager.withTransferManager(configuration: .retrying(attempts: 2)) {
+                manager in
+                let batch = try manager.enqueue(
+                    TransferRequest(url: URL(string: "http://127.0.0.1:\(port)/x")!, into: folder)
+                )
                 var retried = false
                 for await event in batch.events {
                     if case .transfer(let transfer) = event, case .retrying = transfer.kind { retried = true }
@@ -156,7 +182,8 @@ struct ResilienceTests {
     @Test func restartsWhenTheContentRangeDoesNotStartAtTheOffset() async throws {
         for shift in [-10, 10] {
             let result = try await self.fetch(
-                Self.paced([.closeConnection(afterBytes: 100_000), .shiftContentRange(by: shift)]))
+                Self.paced([.closeConnection(afterBytes: 100_000), .shiftContentRange(by: shift)])
+            )
             #expect(result.file == Self.body)
             #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
             #expect(self.restarts(result.events).first?.contains("Content-Range") == true)
@@ -166,7 +193,8 @@ struct ResilienceTests {
     @Test func restartsWhenTheContentRangeNamesAnotherCompleteLength() async throws {
         for delta in [-1, 1000] {
             let result = try await self.fetch(
-                Self.paced([.closeConnection(afterBytes: 100_000), .wrongCompleteLength(by: delta)]))
+                Self.paced([.closeConnection(afterBytes: 100_000), .wrongCompleteLength(by: delta)])
+            )
             #expect(result.file == Self.body)
             #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
         }
@@ -182,7 +210,9 @@ struct ResilienceTests {
         let old = FaultInjectingServer.body(size: Self.body.count, seed: 999)
         let checksum = Checksum(algorithm: .sha256, hexDigest: sha256Hex(Self.body))
         let result = try await self.fetch(
-            Self.paced([.oldBody(old, closeAfterBytes: 100_000)]), checksum: checksum)
+            Self.paced([.oldBody(old, closeAfterBytes: 100_000)]),
+            checksum: checksum
+        )
         #expect(result.file == Self.body)
         #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
         #expect(result.report.completed.first?.file.sha256 == checksum?.hexDigest)
@@ -190,7 +220,11 @@ struct ResilienceTests {
 
     @Test func neverSendsAWeakETagInIfRange() async throws {
         let resource = FaultInjectingServer.Resource(
-            body: Self.body, etag: "W/\"weak\"", lastModified: nil, faults: [.closeConnection(afterBytes: 100_000)])
+            body: Self.body,
+            etag: "W/\"weak\"",
+            lastModified: nil,
+            faults: [.closeConnection(afterBytes: 100_000)]
+        )
         let result = try await self.fetch(resource)
         #expect(result.file == Self.body)
         #expect(result.requests.map(\.range) == [nil, nil])
@@ -199,8 +233,11 @@ struct ResilienceTests {
 
     @Test func usesAnOldEnoughLastModifiedWhenThereIsNoStrongETag() async throws {
         let resource = FaultInjectingServer.Resource(
-            body: Self.body, etag: "W/\"weak\"", lastModified: "Wed, 21 Oct 2015 07:28:00 GMT",
-            faults: [.closeConnection(afterBytes: 100_000)])
+            body: Self.body,
+            etag: "W/\"weak\"",
+            lastModified: "Wed, 21 Oct 2015 07:28:00 GMT",
+            faults: [.closeConnection(afterBytes: 100_000)]
+        )
         let result = try await self.fetch(resource)
         #expect(result.file == Self.body)
         #expect(result.requests[1].ifRange == "Wed, 21 Oct 2015 07:28:00 GMT")
@@ -209,7 +246,8 @@ struct ResilienceTests {
     @Test func treatsA416ForTheLocalSizeAsComplete() async throws {
         let result = try await self.fetch(
             .init(body: Self.body, faults: [.stallChunked(afterBytes: Self.body.count)]),
-            configuration: .retrying(idleTimeout: .seconds(2)))
+            configuration: .retrying(idleTimeout: .seconds(2))
+        )
         #expect(result.file == Self.body)
         #expect(result.requests.map(\.range) == [nil, "bytes=\(Self.body.count)-"])
         #expect(result.report.completed.first?.file.byteCount == Int64(Self.body.count))
@@ -225,7 +263,9 @@ struct ResilienceTests {
 
     @Test func anIdleTimeoutCatchesAStalledBodyAndTheRetryResumes() async throws {
         let result = try await self.fetch(
-            .init(body: Self.body, faults: [.stall(afterBytes: 50_000)]), configuration: .retrying(idleTimeout: .seconds(2)))
+            .init(body: Self.body, faults: [.stall(afterBytes: 50_000)]),
+            configuration: .retrying(idleTimeout: .seconds(2))
+        )
         #expect(result.file == Self.body)
         #expect(result.requests.map(\.range) == [nil, "bytes=50000-"])
         let retry = result.events.compactMap { if case .retrying(_, _, let error) = $0 { error.code } else { nil } }
@@ -268,7 +308,8 @@ struct ResilienceTests {
 
     @Test func restartsWhenA416NamesAnotherLength() async throws {
         let result = try await self.fetch(
-            Self.paced([.closeConnection(afterBytes: 100_000), .rangeNotSatisfiable(completeLength: 5)]))
+            Self.paced([.closeConnection(afterBytes: 100_000), .rangeNotSatisfiable(completeLength: 5)])
+        )
         #expect(result.file == Self.body)
         #expect(self.resumed(result.requests, atMost: 100_000, thenFull: 1), "\(result.requests.map(\.range))")
         let item = try #require(result.report.items.first)
@@ -292,9 +333,12 @@ struct ResilienceTests {
                 let destination = folder.appending(path: "out")
                 try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: true)
                 let request = TransferRequest(url: server.url("/file"), into: destination)
-                let partName = "file.\(String(TransferID.derived(url: request.id.rawValue, destination: "").rawValue.prefix(8))).part"
+                let partName =
+                    "file.\(String(TransferID.derived(url: request.id.rawValue, destination: "").rawValue.prefix(8))).part"
                 try FileManager.default.createSymbolicLink(
-                    at: destination.appending(path: partName), withDestinationURL: victim)
+                    at: destination.appending(path: partName),
+                    withDestinationURL: victim
+                )
                 let report = try await TransferManager.withTransferManager(configuration: .retrying()) { manager in
                     try await manager.enqueue(request).report()
                 }
@@ -311,11 +355,15 @@ struct ResilienceTests {
                 try Data("precious".utf8).write(to: victim)
                 let destination = folder.appending(path: "out")
                 try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: true)
-                try FileManager.default.createSymbolicLink(at: destination.appending(path: "file"), withDestinationURL: victim)
+                try FileManager.default.createSymbolicLink(
+                    at: destination.appending(path: "file"),
+                    withDestinationURL: victim
+                )
                 for policy in [ConflictPolicy.rename, .overwrite] {
                     var configuration = TransferManager.Configuration.retrying()
                     configuration.conflictPolicy = policy
-                    let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    let report = try await TransferManager.withTransferManager(configuration: configuration) {
+                        manager in
                         try await manager.download([server.url("/file")], into: destination)
                     }
                     #expect(report.completed.count == 1)
@@ -341,7 +389,10 @@ struct ResilienceTests {
                     try await manager.download([server.url("/r1")], into: folder)
                 }
                 #expect(report.completed.count == 1)
-                #expect(contents(of: folder.appending(path: "r1")) == Self.body, "the name comes from the URL asked for")
+                #expect(
+                    contents(of: folder.appending(path: "r1")) == Self.body,
+                    "the name comes from the URL asked for"
+                )
             }
         }
     }
@@ -369,26 +420,37 @@ struct ResilienceTests {
     }
 
     @Test func refusesARedirectToAFileURL() async throws {
-        let result = try await self.fetch(.init(body: [], faults: [.redirect(status: 302, location: "file:///etc/passwd")]))
+        let result = try await self.fetch(
+            .init(body: [], faults: [.redirect(status: 302, location: "file:///etc/passwd")])
+        )
         #expect(result.report.failed.first?.error.code == .redirectRefused)
         #expect(result.folder.isEmpty)
     }
 
     @Test func dropsSecretHeadersWhenARedirectLeavesTheOriginUnlessTheHostIsTrusted() async throws {
         for trusted in [false, true] {
-            try await FaultInjectingServer.withServer(host: "127.0.0.2", resources: ["/file": .init(body: Self.body)]) { other in
+            try await FaultInjectingServer.withServer(host: "127.0.0.2", resources: ["/file": .init(body: Self.body)]) {
+                other in
                 let resources: [String: FaultInjectingServer.Resource] = [
-                    "/start": .init(body: [], faults: [.redirect(status: 302, location: other.url("/file").absoluteString)])
+                    "/start": .init(
+                        body: [],
+                        faults: [.redirect(status: 302, location: other.url("/file").absoluteString)]
+                    )
                 ]
                 try await FaultInjectingServer.withServer(resources: resources) { origin in
                     try await withTemporaryDirectory { folder in
                         var configuration = TransferManager.Configuration.retrying()
                         if trusted { configuration.trustedRedirectHosts = ["127.0.0.2"] }
-                        let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                        let report = try await TransferManager.withTransferManager(configuration: configuration) {
+                            manager in
                             try await manager.enqueue(
                                 TransferRequest(
-                                    url: origin.url("/start"), destination: .folder(folder),
-                                    headers: [("Authorization", "Bearer s3cret"), ("Cookie", "session=1"), ("X-Trace", "7")])
+                                    url: origin.url("/start"),
+                                    destination: .folder(folder),
+                                    headers: [
+                                        ("Authorization", "Bearer s3cret"), ("Cookie", "session=1"), ("X-Trace", "7"),
+                                    ]
+                                )
                             ).report()
                         }
                         #expect(report.completed.count == 1)
@@ -409,4 +471,3 @@ func sha256Hex(_ bytes: [UInt8]) -> String {
     hasher.update(bytes)
     return hasher.hex
 }
-

@@ -1,5 +1,5 @@
-import Foundation
 import Crypto
+import Foundation
 
 /// SHA-256 for test expectations.
 struct SHA256Hasher {

@@ -4,7 +4,10 @@ import HaulTesting
 
 /// A fresh folder under the system's temporary folder, removed after `body`.
 func withTemporaryDirectory<Result>(_ body: (URL) async throws -> Result) async throws -> Result {
-    let url = FileManager.default.temporaryDirectory.appending(path: "haul-tests-\(UUID().uuidString)", directoryHint: .isDirectory)
+    let url = FileManager.default.temporaryDirectory.appending(
+        path: "haul-tests-\(UUID().uuidString)",
+        directoryHint: .isDirectory
+    )
     try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: url) }
     return try await body(url)

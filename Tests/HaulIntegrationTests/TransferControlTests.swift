@@ -18,7 +18,9 @@ struct TransferControlTests {
                 let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
                     let batch = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
                     let progressed = await batch.firstEvent { event in
-                        if case .transfer(let e) = event, case .progressed(let p) = e.kind, p.receivedBytes >= 50_000 { return true }
+                        if case .transfer(let e) = event, case .progressed(let p) = e.kind, p.receivedBytes >= 50_000 {
+                            return true
+                        }
                         return false
                     }
                     let id = try #require(progressed?.transferID)
@@ -50,8 +52,11 @@ struct TransferControlTests {
         for index in 0..<4 { resources["/f\(index)"] = Self.slowResource() }
         try await FaultInjectingServer.withServer(resources: resources) { server in
             try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 2)) { manager in
-                    let batch = try manager.enqueue((0..<4).map { TransferRequest(url: server.url("/f\($0)"), into: folder) })
+                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 2)) {
+                    manager in
+                    let batch = try manager.enqueue(
+                        (0..<4).map { TransferRequest(url: server.url("/f\($0)"), into: folder) }
+                    )
                     _ = await batch.firstEvent { event in
                         if case .progressed(let p) = event, p.transferredBytes >= 120_000 { return true }
                         return false
@@ -80,7 +85,9 @@ struct TransferControlTests {
                 let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
                     let batch = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
                     let progressed = await batch.firstEvent { event in
-                        if case .transfer(let e) = event, case .progressed(let p) = e.kind, p.receivedBytes > 0 { return true }
+                        if case .transfer(let e) = event, case .progressed(let p) = e.kind, p.receivedBytes > 0 {
+                            return true
+                        }
                         return false
                     }
                     let id = try #require(progressed?.transferID)
@@ -99,7 +106,8 @@ struct TransferControlTests {
         for index in 0..<5 { resources["/slow\(index)"] = Self.slowResource() }
         try await FaultInjectingServer.withServer(resources: resources) { server in
             try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 1)) { manager in
+                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 1)) {
+                    manager in
                     let urls = [server.url("/quick")] + (0..<5).map { server.url("/slow\($0)") }
                     let batch = try manager.enqueue(urls.map { TransferRequest(url: $0, into: folder) })
                     for await event in batch.events {
@@ -120,7 +128,8 @@ struct TransferControlTests {
         let paced = FaultInjectingServer.Resource(body: Self.slowBody, chunkSize: 10_000, chunkDelay: .milliseconds(5))
         try await FaultInjectingServer.withServer(resources: ["/big": paced]) { server in
             try await withTemporaryDirectory { folder in
-                let (first, second) = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                let (first, second) = try await TransferManager.withTransferManager(configuration: .testing()) {
+                    manager in
                     let a = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
                     let b = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
                     return (await a.report(), await b.report())
@@ -134,7 +143,8 @@ struct TransferControlTests {
     }
 
     @Test func anIdentifierReusedForAnotherURLFailsThatItemOnly() async throws {
-        try await FaultInjectingServer.withServer(resources: ["/a": .init(body: [1]), "/b": .init(body: [2])]) { server in
+        try await FaultInjectingServer.withServer(resources: ["/a": .init(body: [1]), "/b": .init(body: [2])]) {
+            server in
             try await withTemporaryDirectory { folder in
                 let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
                     try await manager.enqueue([
@@ -149,7 +159,8 @@ struct TransferControlTests {
     }
 
     @Test func transfersCanBeAddedToARunningBatchAndAnOpenBatchFinishesWhenSealed() async throws {
-        try await FaultInjectingServer.withServer(resources: ["/a": .init(body: [1]), "/b": .init(body: [2])]) { server in
+        try await FaultInjectingServer.withServer(resources: ["/a": .init(body: [1]), "/b": .init(body: [2])]) {
+            server in
             try await withTemporaryDirectory { folder in
                 let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
                     let batch = try manager.makeBatch()
@@ -187,4 +198,3 @@ extension BatchEvent {
         return nil
     }
 }
-

@@ -13,7 +13,10 @@ struct RetryPolicyTests {
         let policy = RetryPolicy()
         // random = 0 gives the full delay, random = 1 the most jitter takes off.
         #expect(policy.delay(afterAttempt: 1, failingWith: self.unavailable, retryAfter: nil, random: 0) == .seconds(1))
-        #expect(policy.delay(afterAttempt: 1, failingWith: self.unavailable, retryAfter: nil, random: 1) == .milliseconds(500))
+        #expect(
+            policy.delay(afterAttempt: 1, failingWith: self.unavailable, retryAfter: nil, random: 1)
+                == .milliseconds(500)
+        )
         #expect(policy.delay(afterAttempt: 2, failingWith: self.unavailable, retryAfter: nil, random: 0) == .seconds(2))
         #expect(policy.delay(afterAttempt: 3, failingWith: self.unavailable, retryAfter: nil, random: 0) == .seconds(4))
         #expect(policy.delay(afterAttempt: 4, failingWith: self.unavailable, retryAfter: nil, random: 0) == .seconds(8))
@@ -23,13 +26,21 @@ struct RetryPolicyTests {
     @Test func capsTheExponentialDelay() {
         var policy = RetryPolicy()
         policy.maximumAttempts = 20
-        #expect(policy.delay(afterAttempt: 15, failingWith: self.unavailable, retryAfter: nil, random: 0) == .seconds(30))
+        #expect(
+            policy.delay(afterAttempt: 15, failingWith: self.unavailable, retryAfter: nil, random: 0) == .seconds(30)
+        )
     }
 
     @Test func prefersRetryAfterUpToItsCap() {
         let policy = RetryPolicy()
-        #expect(policy.delay(afterAttempt: 1, failingWith: self.unavailable, retryAfter: .seconds(7), random: 1) == .seconds(7))
-        #expect(policy.delay(afterAttempt: 1, failingWith: self.unavailable, retryAfter: .seconds(9999), random: 0) == .seconds(300))
+        #expect(
+            policy.delay(afterAttempt: 1, failingWith: self.unavailable, retryAfter: .seconds(7), random: 1)
+                == .seconds(7)
+        )
+        #expect(
+            policy.delay(afterAttempt: 1, failingWith: self.unavailable, retryAfter: .seconds(9999), random: 0)
+                == .seconds(300)
+        )
     }
 
     @Test(arguments: [408, 429, 500, 502, 503, 504])
@@ -108,7 +119,12 @@ struct RedirectTests {
     @Test func resolvesRelativeLocationsAndKeepsSecretsWithinTheOrigin() throws {
         var visited: Set<String> = []
         let hop = try self.transport().nextHop(
-            from: URL(string: "https://a.example/x/y")!, location: "../z", status: 302, redirects: 0, visited: &visited)
+            from: URL(string: "https://a.example/x/y")!,
+            location: "../z",
+            status: 302,
+            redirects: 0,
+            visited: &visited
+        )
         #expect(hop.target.absoluteString == "https://a.example/z")
         #expect(!hop.dropsSecrets)
     }
@@ -121,7 +137,12 @@ struct RedirectTests {
     func dropsSecretsWhenLeavingTheOrigin(from: String, to: String) throws {
         var visited: Set<String> = []
         let hop = try self.transport { $0.allowsInsecureRedirects = true }.nextHop(
-            from: URL(string: from)!, location: to, status: 302, redirects: 0, visited: &visited)
+            from: URL(string: from)!,
+            location: to,
+            status: 302,
+            redirects: 0,
+            visited: &visited
+        )
         #expect(hop.dropsSecrets)
     }
 
@@ -129,7 +150,12 @@ struct RedirectTests {
         var visited: Set<String> = []
         #expect {
             _ = try self.transport().nextHop(
-                from: URL(string: "https://a.example/f")!, location: "http://a.example/f", status: 301, redirects: 0, visited: &visited)
+                from: URL(string: "https://a.example/f")!,
+                location: "http://a.example/f",
+                status: 301,
+                redirects: 0,
+                visited: &visited
+            )
         } throws: { ($0 as? HaulError)?.code == .redirectRefused }
     }
 
@@ -138,15 +164,24 @@ struct RedirectTests {
         var visited: Set<String> = []
         #expect {
             _ = try self.transport().nextHop(
-                from: URL(string: "http://a.example/f")!, location: location, status: 302, redirects: 0, visited: &visited)
+                from: URL(string: "http://a.example/f")!,
+                location: location,
+                status: 302,
+                redirects: 0,
+                visited: &visited
+            )
         } throws: { ($0 as? HaulError)?.code == .redirectRefused }
     }
 
     @Test func keepsSecretsForATrustedHost() throws {
         var visited: Set<String> = []
         let hop = try self.transport { $0.trustedRedirectHosts = ["cdn.example"] }.nextHop(
-            from: URL(string: "https://a.example/f")!, location: "https://CDN.example/f", status: 302, redirects: 0,
-            visited: &visited)
+            from: URL(string: "https://a.example/f")!,
+            location: "https://CDN.example/f",
+            status: 302,
+            redirects: 0,
+            visited: &visited
+        )
         #expect(!hop.dropsSecrets)
     }
 

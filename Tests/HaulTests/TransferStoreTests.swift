@@ -1,22 +1,43 @@
 import Foundation
 import Testing
 
+@testable import Haul
+
 #if canImport(Glibc)
 import Glibc
 #endif
-
-@testable import Haul
 
 @Suite("The store")
 struct TransferStoreTests {
     func row(_ id: String, state: TransferState = .waiting) -> TransferRow {
         TransferRow(
-            id: id, url: "http://h/\(id)", destinationKind: "folder", destinationPath: "/tmp/x", folder: "/tmp/x",
-            nameComponents: "[\"\(id)\"]", usesContentDisposition: false, conflictPolicy: "rename",
-            headers: "[[\"X-A\",\"1\"]]", checksum: nil, expectedSize: nil, computesSHA256: false,
-            state: state.description, bytesOnDisk: 0, totalSize: nil, etag: nil, lastModified: nil, attempts: 0,
-            finalPath: nil, finalSize: nil, finalModified: nil, sha256: nil, errorCode: nil, errorMessage: nil,
-            httpStatus: nil, updatedAt: 0)
+            id: id,
+            url: "http://h/\(id)",
+            destinationKind: "folder",
+            destinationPath: "/tmp/x",
+            folder: "/tmp/x",
+            nameComponents: "[\"\(id)\"]",
+            usesContentDisposition: false,
+            conflictPolicy: "rename",
+            headers: "[[\"X-A\",\"1\"]]",
+            checksum: nil,
+            expectedSize: nil,
+            computesSHA256: false,
+            state: state.description,
+            bytesOnDisk: 0,
+            totalSize: nil,
+            etag: nil,
+            lastModified: nil,
+            attempts: 0,
+            finalPath: nil,
+            finalSize: nil,
+            finalModified: nil,
+            sha256: nil,
+            errorCode: nil,
+            errorMessage: nil,
+            httpStatus: nil,
+            updatedAt: 0
+        )
     }
 
     @Test func migratesAnEmptyDatabaseAndNamesItsMigrations() throws {
@@ -29,16 +50,22 @@ struct TransferStoreTests {
     @Test func recordsStateChangesValidatorsCheckpointsAndResults() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
-        try store.apply(owner: "A", [
-            .insertItem(batchID: batch, position: 0, row: self.row("a")),
-            .insertItem(batchID: batch, position: 1, row: self.row("b")),
-        ])
+        try store.apply(
+            owner: "A",
+            [
+                .insertItem(batchID: batch, position: 0, row: self.row("a")),
+                .insertItem(batchID: batch, position: 1, row: self.row("b")),
+            ]
+        )
         _ = try store.claim("a", owner: "A", pending: [])
-        try store.apply(owner: "A", [
-            .state("a", .running, attempts: 1),
-            .validator("a", etag: "\"e\"", lastModified: nil, totalSize: 100),
-            .checkpoint("a", bytesOnDisk: 40),
-        ])
+        try store.apply(
+            owner: "A",
+            [
+                .state("a", .running, attempts: 1),
+                .validator("a", etag: "\"e\"", lastModified: nil, totalSize: 100),
+                .checkpoint("a", bytesOnDisk: 40),
+            ]
+        )
         let a = try #require(try store.transfer("a"))
         #expect(a.state == "running")
         #expect(a.bytesOnDisk == 40)
@@ -46,10 +73,17 @@ struct TransferStoreTests {
         #expect(a.attempts == 1)
         #expect(try store.row("a")?.etag == "\"e\"")
 
-        try store.apply(owner: "A", [
-            .completed("a", CompletedFile(path: URL(filePath: "/tmp/x/a"), byteCount: 100, sha256: "ff"), modified: 5),
-            .failed("b", HaulError(.httpStatus, "The server answered 404 Not Found", httpStatus: 404), attempts: 1),
-        ])
+        try store.apply(
+            owner: "A",
+            [
+                .completed(
+                    "a",
+                    CompletedFile(path: URL(filePath: "/tmp/x/a"), byteCount: 100, sha256: "ff"),
+                    modified: 5
+                ),
+                .failed("b", HaulError(.httpStatus, "The server answered 404 Not Found", httpStatus: 404), attempts: 1),
+            ]
+        )
         let stored = try store.transfers(inBatch: batch)
         #expect(stored.map(\.state) == ["completed", "failed"])
         #expect(stored[0].finalPath?.path == "/tmp/x/a")
@@ -62,10 +96,13 @@ struct TransferStoreTests {
         let store = try TransferStore()
         let done = try store.createBatch()
         let open = try store.createBatch()
-        try store.apply(owner: "A", [
-            .insertItem(batchID: done, position: 0, row: self.row("a", state: .completed)),
-            .insertItem(batchID: open, position: 0, row: self.row("b", state: .paused)),
-        ])
+        try store.apply(
+            owner: "A",
+            [
+                .insertItem(batchID: done, position: 0, row: self.row("a", state: .completed)),
+                .insertItem(batchID: open, position: 0, row: self.row("b", state: .paused)),
+            ]
+        )
         #expect(try store.unfinishedBatches().map(\.id) == [open])
         #expect(try store.forgetFinishedBatches() == 1)
         #expect(try store.batches().map(\.id) == [open])
@@ -76,10 +113,13 @@ struct TransferStoreTests {
         let store = try TransferStore()
         let first = try store.createBatch()
         _ = try store.claim("a", owner: "A", pending: [.insertItem(batchID: first, position: 0, row: self.row("a"))])
-        try store.apply(owner: "A", [
-            .validator("a", etag: "\"e\"", lastModified: nil, totalSize: 100),
-            .checkpoint("a", bytesOnDisk: 40),
-        ])
+        try store.apply(
+            owner: "A",
+            [
+                .validator("a", etag: "\"e\"", lastModified: nil, totalSize: 100),
+                .checkpoint("a", bytesOnDisk: 40),
+            ]
+        )
         let second = try store.createBatch()
         try store.apply(owner: "A", [.insertItem(batchID: second, position: 0, row: self.row("a"))])
         #expect(try store.row("a")?.etag == "\"e\"")
@@ -99,8 +139,12 @@ struct TransferStoreTests {
         let store = try TransferStore()
         let batch = try store.createBatch()
         let insert = StoreOperation.insertItem(batchID: batch, position: 0, row: self.row("a"))
-        guard case .claimed = try store.claim("a", owner: "A", pending: [insert]) else { Issue.record("A claims"); return }
-        guard case .heldElsewhere = try store.claim("a", owner: "B", pending: []) else { Issue.record("B waits"); return }
+        guard case .claimed = try store.claim("a", owner: "A", pending: [insert]) else {
+            Issue.record("A claims"); return
+        }
+        guard case .heldElsewhere = try store.claim("a", owner: "B", pending: []) else {
+            Issue.record("B waits"); return
+        }
         guard case .claimed = try store.claim("a", owner: "A", pending: []) else { Issue.record("A again"); return }
 
         try store.apply(owner: "B", [.state("a", .failed, attempts: 9)])
@@ -120,7 +164,12 @@ struct TransferStoreTests {
         gethostname(&hostName, hostName.count)
         // A pid that cannot be running: above the kernel's maximum.
         let dead = "\(String(cString: hostName))/2147483000/x"
-        guard case .claimed = try store.claim("a", owner: dead, pending: [.insertItem(batchID: batch, position: 0, row: self.row("a"))])
+        guard
+            case .claimed = try store.claim(
+                "a",
+                owner: dead,
+                pending: [.insertItem(batchID: batch, position: 0, row: self.row("a"))]
+            )
         else { Issue.record("the first claim"); return }
         guard case .claimed = try store.claim("a", owner: LeaseOwner.current(), pending: []) else {
             Issue.record("a dead holder's lease is taken over")
@@ -144,10 +193,13 @@ struct TransferStoreTests {
         row.folder = folder.path
         row.nameComponents = "[\"file.bin\"]"
         let final = folder.appending(path: "file.bin")
-        try store.apply(owner: "A", [
-            .insertItem(batchID: try store.createBatch(), position: 0, row: row),
-            .publishing(request.id, finalPath: final.path, size: 5),
-        ])
+        try store.apply(
+            owner: "A",
+            [
+                .insertItem(batchID: try store.createBatch(), position: 0, row: row),
+                .publishing(request.id, finalPath: final.path, size: 5),
+            ]
+        )
         #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "no file there yet: not complete")
 
         try Data("hello".utf8).write(to: final)

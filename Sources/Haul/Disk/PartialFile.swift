@@ -29,9 +29,15 @@ struct PartialFile: ~Copyable {
     init(openingAt path: URL) throws(HaulError) {
         do {
             try FileManager.default.createDirectory(
-                at: path.deletingLastPathComponent(), withIntermediateDirectories: true)
+                at: path.deletingLastPathComponent(),
+                withIntermediateDirectories: true
+            )
         } catch {
-            throw HaulError(.fileSystem, "Cannot create the folder \(path.deletingLastPathComponent().path)", underlying: error)
+            throw HaulError(
+                .fileSystem,
+                "Cannot create the folder \(path.deletingLastPathComponent().path)",
+                underlying: error
+            )
         }
         let descriptor = open(path.path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else { throw .posix("Cannot open \(path.path)") }
@@ -81,7 +87,11 @@ struct PartialFile: ~Copyable {
             var written = 0
             while written < bytes.count {
                 let count = pwrite(
-                    self.descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+                    self.descriptor,
+                    bytes.baseAddress! + written,
+                    bytes.count - written,
+                    off_t(offset) + off_t(written)
+                )
                 if count < 0 {
                     if errno == EINTR { continue }
                     return errno
@@ -176,6 +186,10 @@ extension HaulError {
     static func posix(_ message: String) -> HaulError {
         let code = errno
         let reason = String(cString: strerror(code))
-        return HaulError(.fileSystem, "\(message): \(reason)", underlying: POSIXErrorCode(rawValue: code).map { POSIXError($0) })
+        return HaulError(
+            .fileSystem,
+            "\(message): \(reason)",
+            underlying: POSIXErrorCode(rawValue: code).map { POSIXError($0) }
+        )
     }
 }

@@ -32,13 +32,16 @@ struct HTTPTransport: Sendable {
             redirectConfiguration: .disallow,
             timeout: .init(
                 connect: .nanoseconds(configuration.connectTimeout.nanoseconds),
-                read: .nanoseconds(configuration.idleTimeout.nanoseconds)),
+                read: .nanoseconds(configuration.idleTimeout.nanoseconds)
+            ),
             decompression: .disabled
         )
         clientConfiguration.httpVersion = .http1Only
         clientConfiguration.connectionPool.retryConnectionEstablishment = false
         clientConfiguration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = max(
-            configuration.maximumTransfersPerHost, 1)
+            configuration.maximumTransfersPerHost,
+            1
+        )
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
     }
 
@@ -69,7 +72,12 @@ struct HTTPTransport: Sendable {
             else { return response }
 
             let hop = try self.nextHop(
-                from: current, location: location, status: Int(response.status.code), redirects: redirects, visited: &visited)
+                from: current,
+                location: location,
+                status: Int(response.status.code),
+                redirects: redirects,
+                visited: &visited
+            )
             if hop.dropsSecrets { headers.removeAll { self.secretHeaderNames.contains($0.name.lowercased()) } }
             let target = hop.target
             redirects += 1
@@ -80,22 +88,36 @@ struct HTTPTransport: Sendable {
     /// Where a redirect leads, and whether the secret headers must be dropped on the way; throws when it must not
     /// be followed. Pure but for `visited`, which it extends.
     func nextHop(
-        from current: URL, location: String, status: Int, redirects: Int, visited: inout Set<String>
+        from current: URL,
+        location: String,
+        status: Int,
+        redirects: Int,
+        visited: inout Set<String>
     ) throws -> (target: URL, dropsSecrets: Bool) {
         guard redirects < self.maximumRedirects else {
             throw HaulError(.tooManyRedirects, "More than \(self.maximumRedirects) redirects", httpStatus: status)
         }
         guard let target = URL(string: location, relativeTo: current)?.absoluteURL else {
-            throw HaulError(.redirectRefused, "The server redirected to an invalid URL: \(location)", httpStatus: status)
+            throw HaulError(
+                .redirectRefused,
+                "The server redirected to an invalid URL: \(location)",
+                httpStatus: status
+            )
         }
         try Self.checkScheme(of: target, redirected: true)
-        if current.scheme?.lowercased() == "https", target.scheme?.lowercased() == "http", !self.allowsInsecureRedirects {
-            throw HaulError(.redirectRefused, "Refused a redirect from https to http (\(target.absoluteString))", httpStatus: status)
+        if current.scheme?.lowercased() == "https", target.scheme?.lowercased() == "http", !self.allowsInsecureRedirects
+        {
+            throw HaulError(
+                .redirectRefused,
+                "Refused a redirect from https to http (\(target.absoluteString))",
+                httpStatus: status
+            )
         }
         guard visited.insert(target.absoluteString).inserted else {
             throw HaulError(.tooManyRedirects, "A redirect loop at \(target.absoluteString)", httpStatus: status)
         }
-        let dropsSecrets = !Self.sameOrigin(current, target) && !self.trustedRedirectHosts.contains(target.host?.lowercased() ?? "")
+        let dropsSecrets =
+            !Self.sameOrigin(current, target) && !self.trustedRedirectHosts.contains(target.host?.lowercased() ?? "")
         return (target, dropsSecrets)
     }
 
@@ -103,7 +125,8 @@ struct HTTPTransport: Sendable {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
             throw HaulError(
                 redirected ? .redirectRefused : .invalidRequest,
-                "Only http and https URLs can be downloaded: \(url.absoluteString)")
+                "Only http and https URLs can be downloaded: \(url.absoluteString)"
+            )
         }
         guard let host = url.host, !host.isEmpty else {
             throw HaulError(.invalidRequest, "The URL has no host: \(url.absoluteString)")
@@ -137,9 +160,15 @@ struct HTTPTransport: Sendable {
             case .remoteConnectionClosed, .bodyLengthMismatch:
                 return HaulError(
                     receivedBody ? .incompleteBody : .connectionFailed,
-                    "The server closed the connection before the end of the response", underlying: error)
+                    "The server closed the connection before the end of the response",
+                    underlying: error
+                )
             case .invalidURL, .emptyHost, .emptyScheme:
-                return HaulError(.invalidRequest, "Not a URL Haul can download: \(url.absoluteString)", underlying: error)
+                return HaulError(
+                    .invalidRequest,
+                    "Not a URL Haul can download: \(url.absoluteString)",
+                    underlying: error
+                )
             default:
                 break
             }
@@ -147,7 +176,8 @@ struct HTTPTransport: Sendable {
         return HaulError(
             receivedBody ? .incompleteBody : .connectionFailed,
             "\(receivedBody ? "The connection was lost" : "Could not connect"): \(error)",
-            underlying: error)
+            underlying: error
+        )
     }
 }
 

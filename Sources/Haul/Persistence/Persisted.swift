@@ -26,24 +26,40 @@ struct Persisted: Sendable {
         else { return nil }
         var completed: CompletedFile?
         if row.state == TransferState.completed.description, let finalPath = row.finalPath,
-            let (size, modified) = Self.sizeAndModification(finalPath), size == row.finalSize, modified == row.finalModified
+            let (size, modified) = Self.sizeAndModification(finalPath), size == row.finalSize,
+            modified == row.finalModified
         {
-            completed = CompletedFile(path: URL(filePath: finalPath), byteCount: size, sha256: row.sha256, modificationTime: modified)
+            completed = CompletedFile(
+                path: URL(filePath: finalPath),
+                byteCount: size,
+                sha256: row.sha256,
+                modificationTime: modified
+            )
         }
         let components = (try? JSONDecoder().decode([String].self, from: Data(row.nameComponents.utf8))) ?? []
         var partialBytes: Int64 = 0
         var partExists = false
         if !components.isEmpty {
-            let part = Download.partPath(id: request.id, folder: URL(filePath: row.folder, directoryHint: .isDirectory), nameComponents: components)
+            let part = Download.partPath(
+                id: request.id,
+                folder: URL(filePath: row.folder, directoryHint: .isDirectory),
+                nameComponents: components
+            )
             partExists = PartialFile.exists(part)
             partialBytes = (try? PartialFile.size(of: part)) ?? 0
         }
         // Killed between the rename and the record of completion: the partial file is gone, and the file the
         // store says it was being published to is there with its size.
-        if completed == nil, row.state != TransferState.completed.description, !partExists, let finalPath = row.finalPath,
+        if completed == nil, row.state != TransferState.completed.description, !partExists,
+            let finalPath = row.finalPath,
             let (size, modified) = Self.sizeAndModification(finalPath), size == row.finalSize
         {
-            completed = CompletedFile(path: URL(filePath: finalPath), byteCount: size, sha256: row.sha256, modificationTime: modified)
+            completed = CompletedFile(
+                path: URL(filePath: finalPath),
+                byteCount: size,
+                sha256: row.sha256,
+                modificationTime: modified
+            )
         }
         let stale = row.leaseOwner.flatMap { LeaseOwner.isAlive($0) ? nil : $0 }
         return Persisted(row: row, completedFile: completed, partialBytes: partialBytes, staleLeaseOwner: stale)
@@ -58,7 +74,11 @@ struct Persisted: Sendable {
             record.nameComponents = components
             record.folder = URL(filePath: self.row.folder, directoryHint: .isDirectory)
         }
-        let validator = Download.Validator(etag: self.row.etag, lastModified: self.row.lastModified, completeLength: self.row.totalSize)
+        let validator = Download.Validator(
+            etag: self.row.etag,
+            lastModified: self.row.lastModified,
+            completeLength: self.row.totalSize
+        )
         if validator.ifRangeValue != nil { record.validator = validator }
         record.receivedBytes = self.partialBytes
         record.expectedBytes = self.row.totalSize ?? record.request.expectedByteCount

@@ -43,14 +43,22 @@ extension TransferRow {
     /// The request this row records (without the secret headers, which are never stored).
     var request: TransferRequest? {
         guard let url = URL(string: self.url) else { return nil }
-        let path = URL(filePath: self.destinationPath, directoryHint: self.destinationKind == "file" ? .notDirectory : .isDirectory)
+        let path = URL(
+            filePath: self.destinationPath,
+            directoryHint: self.destinationKind == "file" ? .notDirectory : .isDirectory
+        )
         let headers = ((try? JSONDecoder().decode([[String]].self, from: Data(self.headers.utf8))) ?? [])
             .compactMap { $0.count == 2 ? (name: $0[0], value: $0[1]) : nil }
         return TransferRequest(
-            url: url, destination: self.destinationKind == "file" ? .file(path) : .folder(path), id: TransferID(self.id),
-            expectedByteCount: self.expectedSize, checksum: self.checksum.flatMap(Checksum.init(parsing:)),
-            headers: headers, conflictPolicy: ConflictPolicy(name: self.conflictPolicy),
-            computesSHA256: self.computesSHA256)
+            url: url,
+            destination: self.destinationKind == "file" ? .file(path) : .folder(path),
+            id: TransferID(self.id),
+            expectedByteCount: self.expectedSize,
+            checksum: self.checksum.flatMap(Checksum.init(parsing:)),
+            headers: headers,
+            conflictPolicy: ConflictPolicy(name: self.conflictPolicy),
+            computesSHA256: self.computesSHA256
+        )
     }
 }
 
@@ -93,10 +101,12 @@ enum StoreOperation: Sendable {
                     row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
                     row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
                     owner, now,
-                ])
+                ]
+            )
             try db.execute(
                 sql: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)",
-                arguments: [batchID.rawValue, position, row.id])
+                arguments: [batchID.rawValue, position, row.id]
+            )
         case .state(let id, let state, let attempts):
             let releases = state != .running
             try db.execute(
@@ -106,16 +116,21 @@ enum StoreOperation: Sendable {
                     """,
                 arguments: releases
                     ? [state.description, attempts, now, owner, id.rawValue, owner, now]
-                    : [state.description, attempts, now, id.rawValue, owner, now])
+                    : [state.description, attempts, now, id.rawValue, owner, now]
+            )
         case .validator(let id, let etag, let lastModified, let totalSize):
             try db.execute(
-                sql: "UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)",
-                arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now])
+                sql:
+                    "UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)",
+                arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now]
+            )
         case .checkpoint(let id, let bytes):
             // A checkpoint also renews the lease.
             try db.execute(
-                sql: "UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?",
-                arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner])
+                sql:
+                    "UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?",
+                arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner]
+            )
         case .completed(let id, let file, let modified):
             try db.execute(
                 sql: """
@@ -126,15 +141,19 @@ enum StoreOperation: Sendable {
                 arguments: [
                     file.byteCount, file.byteCount, file.path.path, file.byteCount, modified, file.sha256, now, owner,
                     id.rawValue, owner, now,
-                ])
+                ]
+            )
         case .publishing(let id, let finalPath, let size):
             try db.execute(
-                sql: "UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ? AND \(mine)",
-                arguments: [finalPath, size, now, id.rawValue, owner, now])
+                sql:
+                    "UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ? AND \(mine)",
+                arguments: [finalPath, size, now, id.rawValue, owner, now]
+            )
         case .releaseLease(let id, let holder):
             try db.execute(
                 sql: "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?",
-                arguments: [id.rawValue, holder])
+                arguments: [id.rawValue, holder]
+            )
         case .failed(let id, let error, let attempts):
             try db.execute(
                 sql: """
@@ -142,8 +161,10 @@ enum StoreOperation: Sendable {
                         attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
                     """,
                 arguments: [
-                    error.code.description, error.message, error.httpStatus, attempts, now, owner, id.rawValue, owner, now,
-                ])
+                    error.code.description, error.message, error.httpStatus, attempts, now, owner, id.rawValue, owner,
+                    now,
+                ]
+            )
         }
     }
 }

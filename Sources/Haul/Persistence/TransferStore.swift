@@ -73,14 +73,16 @@ public final class TransferStore: Sendable {
                         PRIMARY KEY (batchID, position)
                     );
                     CREATE INDEX batchItemTransfer ON batchItem(transferID);
-                    """)
+                    """
+            )
         }
         migrator.registerMigration("v2: leases") { db in
             try db.execute(
                 sql: """
                     ALTER TABLE transfer ADD COLUMN leaseOwner TEXT;
                     ALTER TABLE transfer ADD COLUMN leaseExpires DOUBLE;
-                    """)
+                    """
+            )
         }
         return migrator
     }
@@ -102,16 +104,27 @@ public final class TransferStore: Sendable {
     func claim(_ id: TransferID, owner: String, pending: [StoreOperation]) throws -> Claim {
         try self.database.write { db in
             for operation in pending { try operation.apply(db, owner: owner) }
-            if let row = try TransferRow.fetchOne(db, key: id.rawValue), row.state == TransferState.completed.description,
+            if let row = try TransferRow.fetchOne(db, key: id.rawValue),
+                row.state == TransferState.completed.description,
                 row.leaseOwner != owner, let finalPath = row.finalPath,
                 let (size, modified) = Persisted.sizeAndModification(finalPath), size == row.finalSize,
                 modified == row.finalModified
             {
                 return .completedElsewhere(
-                    CompletedFile(path: URL(filePath: finalPath), byteCount: size, sha256: row.sha256, modificationTime: modified))
+                    CompletedFile(
+                        path: URL(filePath: finalPath),
+                        byteCount: size,
+                        sha256: row.sha256,
+                        modificationTime: modified
+                    )
+                )
             }
             let now = Date().timeIntervalSince1970
-            let holder = try String.fetchOne(db, sql: "SELECT leaseOwner FROM transfer WHERE id = ?", arguments: [id.rawValue])
+            let holder = try String.fetchOne(
+                db,
+                sql: "SELECT leaseOwner FROM transfer WHERE id = ?",
+                arguments: [id.rawValue]
+            )
             // A lease whose process is gone (killed) is free at once, not only when it expires.
             let holderIsGone = holder.map { !LeaseOwner.isAlive($0) } ?? false
             try db.execute(
@@ -119,7 +132,8 @@ public final class TransferStore: Sendable {
                     UPDATE transfer SET leaseOwner = ?, leaseExpires = ?
                     WHERE id = ? AND (leaseOwner IS NULL OR leaseOwner = ? OR leaseExpires < ? OR ?)
                     """,
-                arguments: [owner, now + Self.leaseDuration, id.rawValue, owner, now, holderIsGone])
+                arguments: [owner, now + Self.leaseDuration, id.rawValue, owner, now, holderIsGone]
+            )
             return db.changesCount > 0 ? .claimed : .heldElsewhere
         }
     }
@@ -137,11 +151,14 @@ public final class TransferStore: Sendable {
                     FROM batch JOIN batchItem ON batchItem.batchID = batch.id
                     JOIN transfer ON transfer.id = batchItem.transferID
                     GROUP BY batch.id, transfer.state ORDER BY batch.id
-                    """)
+                    """
+            )
             var batches: [Int: StoredBatch] = [:]
             for row in rows {
                 let id: Int = row["id"]
-                var batch = batches[id] ?? StoredBatch(id: BatchID(id), createdAt: Date(timeIntervalSince1970: row["createdAt"]))
+                var batch =
+                    batches[id]
+                    ?? StoredBatch(id: BatchID(id), createdAt: Date(timeIntervalSince1970: row["createdAt"]))
                 let count: Int = row["count"]
                 batch.transferCounts[row["state"] ?? "waiting", default: 0] += count
                 batch.bytesOnDisk += row["bytes"] ?? 0
@@ -149,7 +166,9 @@ public final class TransferStore: Sendable {
                 batches[id] = batch
             }
             let empty = try Row.fetchAll(
-                db, sql: "SELECT id, createdAt FROM batch WHERE id NOT IN (SELECT batchID FROM batchItem)")
+                db,
+                sql: "SELECT id, createdAt FROM batch WHERE id NOT IN (SELECT batchID FROM batchItem)"
+            )
             for row in empty {
                 let id: Int = row["id"]
                 batches[id] = StoredBatch(id: BatchID(id), createdAt: Date(timeIntervalSince1970: row["createdAt"]))
@@ -171,7 +190,8 @@ public final class TransferStore: Sendable {
                 sql: """
                     SELECT transfer.* FROM batchItem JOIN transfer ON transfer.id = batchItem.transferID
                     WHERE batchItem.batchID = ? ORDER BY batchItem.position
-                    """, arguments: [id.rawValue]
+                    """,
+                arguments: [id.rawValue]
             ).map(StoredTransfer.init)
         }
     }
@@ -205,7 +225,9 @@ public final class TransferStore: Sendable {
                 sql: """
                     SELECT transfer.* FROM batchItem JOIN transfer ON transfer.id = batchItem.transferID
                     WHERE batchItem.batchID = ? ORDER BY batchItem.position
-                    """, arguments: [id.rawValue])
+                    """,
+                arguments: [id.rawValue]
+            )
         }
     }
 

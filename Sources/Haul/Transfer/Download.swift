@@ -102,10 +102,15 @@ extension Download {
     }
 
     private static func attempt(
-        _ plan: Plan, transport: HTTPTransport, observer: some Observer, mayRestart: Bool
+        _ plan: Plan,
+        transport: HTTPTransport,
+        observer: some Observer,
+        mayRestart: Bool
     ) async throws -> AttemptOutcome {
         var plan = plan
-        if !plan.usesContentDisposition, let outcome = self.existingFileOutcome(plan.finalPath(plan.nameComponents), plan) {
+        if !plan.usesContentDisposition,
+            let outcome = self.existingFileOutcome(plan.finalPath(plan.nameComponents), plan)
+        {
             return outcome
         }
         var headers = plan.headers
@@ -140,8 +145,12 @@ extension Download {
                 known?.completeLength == nil || known?.completeLength == length, sameValidator
             else {
                 return try await self.restart(
-                    plan, transport: transport, observer: observer, mayRestart: mayRestart,
-                    reason: "the server's Content-Range did not continue the partial file")
+                    plan,
+                    transport: transport,
+                    observer: observer,
+                    mayRestart: mayRestart,
+                    reason: "the server's Content-Range did not continue the partial file"
+                )
             }
             expectedBytes = length
         case 416 where sentRange:
@@ -150,8 +159,12 @@ extension Download {
                 plan.validator?.completeLength == nil || plan.validator?.completeLength == offset
             else {
                 return try await self.restart(
-                    plan, transport: transport, observer: observer, mayRestart: mayRestart,
-                    reason: "the server refused the range of the partial file")
+                    plan,
+                    transport: transport,
+                    observer: observer,
+                    mayRestart: mayRestart,
+                    reason: "the server refused the range of the partial file"
+                )
             }
             validator = plan.validator ?? validator
             expectedBytes = offset
@@ -164,26 +177,37 @@ extension Download {
             }
             if let header = response.headers.first(name: "content-length") {
                 guard let length = Int64(header), length >= 0, header.allSatisfy(\.isASCII) else {
-                    throw HaulError(.invalidResponse, "The server sent an invalid Content-Length: \"\(header)\"", httpStatus: status)
+                    throw HaulError(
+                        .invalidResponse,
+                        "The server sent an invalid Content-Length: \"\(header)\"",
+                        httpStatus: status
+                    )
                 }
                 expectedBytes = length
             }
         default:
             var error = HaulError(
-                .httpStatus, "The server answered \(status) \(response.status.reasonPhrase)",
-                httpStatus: status)
+                .httpStatus,
+                "The server answered \(status) \(response.status.reasonPhrase)",
+                httpStatus: status
+            )
             error.retryAfter = response.headers.first(name: "retry-after").flatMap { RetryAfter.delay($0, now: Date()) }
             throw error
         }
         validator.completeLength = expectedBytes
         if let maximum = plan.maximumFileSize, let announced = expectedBytes, announced > maximum {
             throw HaulError(
-                .fileTooLarge, "The file is \(announced) bytes, more than the maximum of \(maximum)", httpStatus: status)
+                .fileTooLarge,
+                "The file is \(announced) bytes, more than the maximum of \(maximum)",
+                httpStatus: status
+            )
         }
         if let expected = plan.expectedByteCount, let announced = expectedBytes, expected != announced {
             throw HaulError(
-                .sizeMismatch, "Expected \(expected) bytes but the server announced \(announced)",
-                httpStatus: status)
+                .sizeMismatch,
+                "Expected \(expected) bytes but the server announced \(announced)",
+                httpStatus: status
+            )
         }
         if plan.usesContentDisposition,
             let header = response.headers.first(name: "content-disposition"),
@@ -223,11 +247,19 @@ extension Download {
                     }
                     try file.append(chunk)
                     if let expected = expectedBytes, file.size > expected {
-                        throw HaulError(.sizeMismatch, "The server sent more than the \(expected) bytes it announced", httpStatus: status)
+                        throw HaulError(
+                            .sizeMismatch,
+                            "The server sent more than the \(expected) bytes it announced",
+                            httpStatus: status
+                        )
                     }
                     if let maximum = plan.maximumFileSize, file.size > maximum {
                         PartialFile.remove(plan.partPath)
-                        throw HaulError(.fileTooLarge, "The file grew past the maximum of \(maximum) bytes", httpStatus: status)
+                        throw HaulError(
+                            .fileTooLarge,
+                            "The file grew past the maximum of \(maximum) bytes",
+                            httpStatus: status
+                        )
                     }
                     plan.progress.store(file.size)
                     if let floor = plan.lowSpeedLimit, clock.now - speedWindow.start >= floor.duration {
@@ -236,7 +268,8 @@ extension Download {
                         if rate < Double(floor.bytesPerSecond) {
                             throw HaulError(
                                 .timedOut,
-                                "Slower than \(floor.bytesPerSecond) bytes/s for \(floor.duration) (\(Int(rate)) bytes/s)")
+                                "Slower than \(floor.bytesPerSecond) bytes/s for \(floor.duration) (\(Int(rate)) bytes/s)"
+                            )
                         }
                         speedWindow = (now, file.size)
                     }
@@ -250,17 +283,25 @@ extension Download {
         let byteCount = file.size
         if let expected = expectedBytes, byteCount != expected {
             throw HaulError(
-                .incompleteBody, "Received \(byteCount) of \(expected) bytes", httpStatus: status)
+                .incompleteBody,
+                "Received \(byteCount) of \(expected) bytes",
+                httpStatus: status
+            )
         }
         let checksumDigest = checksumDigester?.finalize()
         var verificationError: HaulError?
         if let expected = plan.expectedByteCount, byteCount != expected {
-            verificationError = HaulError(.sizeMismatch, "Expected \(expected) bytes but received \(byteCount)", httpStatus: status)
+            verificationError = HaulError(
+                .sizeMismatch,
+                "Expected \(expected) bytes but received \(byteCount)",
+                httpStatus: status
+            )
         } else if let checksum = plan.checksum, checksumDigest != checksum.hexDigest {
             verificationError = HaulError(
                 .checksumMismatch,
                 "The file's \(checksum.algorithm) is \(checksumDigest ?? "?"), expected \(checksum.hexDigest)",
-                httpStatus: status)
+                httpStatus: status
+            )
         }
         if let verificationError {
             _ = consume file
@@ -270,9 +311,13 @@ extension Download {
                 throw verificationError
             }
             return try await self.restart(
-                plan, transport: transport, observer: observer, mayRestart: mayRestart,
+                plan,
+                transport: transport,
+                observer: observer,
+                mayRestart: mayRestart,
                 reason: "the resumed file failed verification (\(verificationError.message))",
-                failure: verificationError)
+                failure: verificationError
+            )
         }
         if plan.synchronizesFiles { try file.synchronize() }
         _ = consume file
@@ -282,7 +327,11 @@ extension Download {
 
     /// Discards the partial file and tries once more from zero, or fails when that was the second try.
     private static func restart(
-        _ plan: Plan, transport: HTTPTransport, observer: some Observer, mayRestart: Bool, reason: String,
+        _ plan: Plan,
+        transport: HTTPTransport,
+        observer: some Observer,
+        mayRestart: Bool,
+        reason: String,
         failure: HaulError? = nil
     ) async throws -> AttemptOutcome {
         PartialFile.remove(plan.partPath)
@@ -310,7 +359,12 @@ extension Download {
     /// The exact final path is chosen first and reported (``Observer/willPublish(_:at:byteCount:)``, which records it
     /// in the store) before the rename, which never replaces a file unless the policy is overwrite. If another file
     /// takes the name in between, the next name is chosen and reported.
-    private static func publish(_ plan: Plan, byteCount: Int64, sha256: String?, observer: some Observer) throws -> AttemptOutcome {
+    private static func publish(
+        _ plan: Plan,
+        byteCount: Int64,
+        sha256: String?,
+        observer: some Observer
+    ) throws -> AttemptOutcome {
         let part = plan.partPath
         var components = plan.nameComponents
         let name = components.removeLast()
@@ -318,8 +372,12 @@ extension Download {
         func completed(_ target: URL) -> AttemptOutcome {
             .completed(
                 CompletedFile(
-                    path: target, byteCount: byteCount, sha256: sha256,
-                    modificationTime: Persisted.sizeAndModification(target.path)?.1))
+                    path: target,
+                    byteCount: byteCount,
+                    sha256: sha256,
+                    modificationTime: Persisted.sizeAndModification(target.path)?.1
+                )
+            )
         }
 
         if plan.conflictPolicy == .overwrite {
@@ -327,7 +385,8 @@ extension Download {
             try PartialFile.publishReplacing(part, at: path(name))
             return completed(path(name))
         }
-        let candidates = plan.conflictPolicy == .rename ? [name] + (1...9_999).map { FileNaming.numbered(name, $0) } : [name]
+        let candidates =
+            plan.conflictPolicy == .rename ? [name] + (1...9_999).map { FileNaming.numbered(name, $0) } : [name]
         for candidate in candidates where !PartialFile.exists(path(candidate)) {
             observer.willPublish(plan.id, at: path(candidate), byteCount: byteCount)
             if try PartialFile.publishWithoutReplacing(part, at: path(candidate)) { return completed(path(candidate)) }

@@ -16,7 +16,8 @@ enum FileNaming {
     static func sanitizedName(_ raw: String) -> String? {
         var scalars = String.UnicodeScalarView()
         for scalar in raw.unicodeScalars {
-            if scalar == "/" || scalar == "\\" || scalar.properties.generalCategory == .control || scalar.value == 0x7f {
+            if scalar == "/" || scalar == "\\" || scalar.properties.generalCategory == .control || scalar.value == 0x7f
+            {
                 scalars.append("_")
             } else {
                 scalars.append(scalar)

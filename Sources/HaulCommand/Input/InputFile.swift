@@ -26,7 +26,9 @@ struct HTTPHeaderLine: Equatable, Sendable {
         guard let colon = text.firstIndex(of: ":") else { return nil }
         let name = text[..<colon].trimmingCharacters(in: .whitespaces)
         let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        let tokenCharacters = CharacterSet(
+            charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        )
         guard !name.isEmpty, name.unicodeScalars.allSatisfy(tokenCharacters.contains),
             !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" })
         else { return nil }
@@ -62,7 +64,10 @@ struct InputFileParser {
         }
         if line.first == "#" { return nil }
         let finished = self.current
-        self.current = try InputItem(url: Self.url(String(line), lineNumber: self.lineNumber), lineNumber: self.lineNumber)
+        self.current = try InputItem(
+            url: Self.url(String(line), lineNumber: self.lineNumber),
+            lineNumber: self.lineNumber
+        )
         return finished
     }
 
@@ -94,7 +99,9 @@ struct InputFileParser {
             guard let checksum = Checksum(parsing: value) else {
                 throw InputFileError(
                     lineNumber: self.lineNumber,
-                    message: "checksum= takes ALGO=HEX with ALGO one of sha-256, sha-512, sha-1, md5 and a digest of its length")
+                    message:
+                        "checksum= takes ALGO=HEX with ALGO one of sha-256, sha-512, sha-1, md5 and a digest of its length"
+                )
             }
             self.current!.checksum = checksum
         case "header":
@@ -103,7 +110,10 @@ struct InputFileParser {
             }
             self.current!.headers.append(header)
         default:
-            throw InputFileError(lineNumber: self.lineNumber, message: "unknown option \"\(key)\" (known: out, dir, checksum, header)")
+            throw InputFileError(
+                lineNumber: self.lineNumber,
+                message: "unknown option \"\(key)\" (known: out, dir, checksum, header)"
+            )
         }
     }
 
@@ -114,7 +124,10 @@ struct InputFileParser {
             throw InputFileError(lineNumber: lineNumber, message: "not an absolute URL: \"\(trimmed)\"")
         }
         guard scheme == "http" || scheme == "https" else {
-            throw InputFileError(lineNumber: lineNumber, message: "only http and https URLs are supported: \"\(trimmed)\"")
+            throw InputFileError(
+                lineNumber: lineNumber,
+                message: "only http and https URLs are supported: \"\(trimmed)\""
+            )
         }
         return url
     }

@@ -33,11 +33,16 @@ struct EventRenderer {
             case .transfer(let transfer):
                 switch transfer.kind {
                 case .started(let offset):
-                    return ["started   \(transfer.url.absoluteString)" + (offset > 0 ? " (resuming at \(Formatting.bytes(offset)))" : "")]
+                    return [
+                        "started   \(transfer.url.absoluteString)"
+                            + (offset > 0 ? " (resuming at \(Formatting.bytes(offset)))" : "")
+                    ]
                 case .restarted(let reason):
                     return ["restarted \(transfer.url.absoluteString): \(reason)"]
                 case .retrying(let attempt, let delay, let error):
-                    return ["retrying  \(transfer.url.absoluteString) in \(Formatting.duration(delay)) (attempt \(attempt) failed: \(error.message))"]
+                    return [
+                        "retrying  \(transfer.url.absoluteString) in \(Formatting.duration(delay)) (attempt \(attempt) failed: \(error.message))"
+                    ]
                 case .finished(.completed(let file)):
                     return ["completed \(file.path.path) (\(Formatting.bytes(file.byteCount)))"]
                 case .finished(.failed(let error)):
