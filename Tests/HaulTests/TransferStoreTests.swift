@@ -3,9 +3,6 @@ import Testing
 
 @testable import Haul
 
-#if canImport(Glibc)
-import Glibc
-#endif
 
 @Suite("The store")
 struct TransferStoreTests {
@@ -160,10 +157,8 @@ struct TransferStoreTests {
     @Test func aLeaseOfAProcessThatIsGoneIsFreeAtOnce() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
-        var hostName = [CChar](repeating: 0, count: 256)
-        gethostname(&hostName, hostName.count)
-        // A pid that cannot be running: above the kernel's maximum.
-        let dead = "\(String(cString: hostName))/2147483000/x"
+                // A pid that cannot be running: above the kernel's maximum.
+        let dead = "\(LeaseOwner.hostName())/2147483000/x"
         guard
             case .claimed = try store.claim(
                 "a",

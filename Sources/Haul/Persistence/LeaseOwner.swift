@@ -22,9 +22,9 @@ enum LeaseOwner {
         return kill(pid, 0) == 0 || errno == EPERM
     }
 
-    private static func hostName() -> String {
+    static func hostName() -> String {
         var buffer = [CChar](repeating: 0, count: 256)
         guard gethostname(&buffer, buffer.count) == 0 else { return "localhost" }
-        return String(cString: buffer)
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
