@@ -3,7 +3,6 @@ import Testing
 
 @testable import Haul
 
-
 @Suite("The store")
 struct TransferStoreTests {
     func row(_ id: String, state: TransferState = .waiting) -> TransferRow {
@@ -157,7 +156,7 @@ struct TransferStoreTests {
     @Test func aLeaseOfAProcessThatIsGoneIsFreeAtOnce() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
-                // A pid that cannot be running: above the kernel's maximum.
+        // A pid that cannot be running: above the kernel's maximum.
         let dead = "\(LeaseOwner.hostName())/2147483000/x"
         guard
             case .claimed = try store.claim(
