@@ -20,7 +20,8 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
-        // One C function: an atomic no-replace rename, which Swift's Glibc module does not expose.
+        // Two C functions Swift cannot reach: an atomic no-replace rename (not in Swift's Glibc module) and the
+        // terminal's width (ioctl is variadic).
         .target(name: "CHaulSystem"),
         .target(
             name: "Haul",
@@ -39,7 +40,7 @@ let package = Package(
         .executableTarget(
             name: "HaulCommand",
             dependencies: [
-                "Haul",
+                "Haul", "CHaulSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 int haul_rename_noreplace(const char *from, const char *to) {
 #if defined(__linux__) && defined(RENAME_NOREPLACE)
@@ -18,4 +20,12 @@ int haul_rename_noreplace(const char *from, const char *to) {
 #endif
     errno = ENOTSUP;
     return -1;
+}
+
+int haul_terminal_width(int fd) {
+    struct winsize size;
+    if (!isatty(fd) || ioctl(fd, TIOCGWINSZ, &size) != 0) {
+        return 0;
+    }
+    return size.ws_col;
 }

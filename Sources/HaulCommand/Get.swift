@@ -138,14 +138,7 @@ struct Get: AsyncParsableCommand {
             let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
             defer { interruption.stop() }
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    var renderer = EventRenderer(mode: mode)
-                    for await event in events {
-                        for line in renderer.lines(for: event, at: .now) {
-                            if mode == .json { Self.printOutput(line) } else { Self.printOutput(line) }
-                        }
-                    }
-                }
+                group.addTask { await EventPrinter.print(events, mode: mode) }
                 for request in requests { try batch.add(request) }
                 if let input {
                     try Self.addItems(fromInputFile: input, to: batch, folder: folder, headers: self.parsedHeaders)

@@ -58,10 +58,7 @@ struct Resume: AsyncParsableCommand {
             var reports: [BatchReport] = []
             for stored in unfinished {
                 let batch = try manager.resumeStoredBatch(stored.id)
-                var renderer = EventRenderer(mode: mode)
-                for await event in batch.events {
-                    for line in renderer.lines(for: event, at: .now) { Get.printOutput(line) }
-                }
+                await EventPrinter.print(batch.events, mode: mode)
                 reports.append(await batch.report())
                 if interruption.hasFired { break }
             }

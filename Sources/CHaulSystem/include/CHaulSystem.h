@@ -6,4 +6,8 @@
 /// system or file system cannot do it (the caller then falls back to link and unlink).
 int haul_rename_noreplace(const char *from, const char *to);
 
+/// The width in columns of the terminal on `fd`, or 0 when it is not a terminal (ioctl is variadic, which Swift
+/// cannot call).
+int haul_terminal_width(int fd);
+
 #endif
