@@ -36,6 +36,10 @@ extension TransferManager {
         /// as in curl (`--speed-limit`/`--speed-time`) and aria2c (`--lowest-speed-limit`), because a slow link is
         /// not a broken one.
         public var lowSpeedLimit: LowSpeedLimit? = nil
+        /// A limit on the bytes per second received over all transfers, enforced smoothly (a token bucket);
+        /// `nil` for none (the default, as every peer has). Change it while running with
+        /// ``TransferManager/setBandwidthLimit(_:)``.
+        public var bandwidthLimit: Int64? = nil
         /// When failed transfers are tried again; see ``RetryPolicy`` for the defaults and their reasons.
         public var retryPolicy = RetryPolicy()
         /// The largest file accepted, in bytes; a larger one fails with ``HaulError/Code/fileTooLarge`` before or

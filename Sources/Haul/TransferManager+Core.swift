@@ -95,6 +95,8 @@ extension TransferManager {
         let starts: AsyncStream<TransferID>.Continuation
         /// Where changes are recorded, when the manager has a store.
         let store: StoreWriter?
+        /// The bandwidth limit over all transfers.
+        let bandwidth: BandwidthLimiter
         var scheduler: Scheduler.StateMachine
         var transfers: [TransferID: Record] = [:]
         var batches: [BatchID: BatchRecord] = [:]
@@ -109,6 +111,7 @@ extension TransferManager {
             self.configuration = configuration
             self.starts = starts
             self.store = store
+            self.bandwidth = BandwidthLimiter(bytesPerSecond: configuration.bandwidthLimit)
             self.scheduler = Scheduler.StateMachine(
                 maximumConcurrent: configuration.maximumConcurrentTransfers,
                 maximumPerHost: configuration.maximumTransfersPerHost
@@ -296,7 +299,8 @@ extension TransferManager {
                 synchronizesFiles: self.configuration.synchronizesFiles,
                 progress: self.progressCells[id] ?? ProgressCell(record.receivedBytes),
                 maximumFileSize: self.configuration.maximumFileSize,
-                lowSpeedLimit: self.configuration.lowSpeedLimit
+                lowSpeedLimit: self.configuration.lowSpeedLimit,
+                bandwidth: self.bandwidth
             )
             return (plan, signal)
         }

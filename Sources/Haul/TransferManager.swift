@@ -266,6 +266,11 @@ public final class TransferManager: Sendable {
         }
     }
 
+    /// Sets, changes or (with `nil`) removes the bandwidth limit over all transfers, taking effect at once.
+    public func setBandwidthLimit(_ bytesPerSecond: Int64?) {
+        self.core.withLockedValue { $0.bandwidth }.setLimit(bytesPerSecond)
+    }
+
     /// Stops every transfer, keeping partial files (and, with a store, the record to resume them), and ends every
     /// batch with its unfinished transfers reported as cancelled: what a command does on Ctrl-C.
     public func stopAll() { self.withCore { $0.stopAll(aftermath: &$1) } }

@@ -37,6 +37,9 @@ struct Get: AsyncParsableCommand {
     @Option(name: .long, help: "How many times a failed file is tried again (transient failures only; 0 = never).")
     var retries: Int = 4
 
+    @Option(name: .long, help: "A bandwidth cap over all transfers, in bytes per second: 500K, 2M, 1.5G.")
+    var limitRate: String?
+
     @Option(name: .long, help: "Seconds without a byte from the server before an attempt fails (it is retried).")
     var timeout: Double = 60
 
@@ -79,6 +82,9 @@ struct Get: AsyncParsableCommand {
         guard (0...100).contains(self.retries) else { throw ValidationError("--retries must be between 0 and 100.") }
         guard self.timeout > 0, self.timeout <= 86_400 else {
             throw ValidationError("--timeout must be more than 0 and at most 86400 seconds.")
+        }
+        if let rate = self.limitRate, Rate.parse(rate) == nil {
+            throw ValidationError("--limit-rate takes a rate like 500K, 2M or 1.5G (bytes per second).")
         }
         let single = self.urls.count == 1 && self.inputFile == nil
         if self.output != nil, !single { throw ValidationError("-o/--output applies when exactly one URL is given.") }
@@ -124,6 +130,7 @@ struct Get: AsyncParsableCommand {
         configuration.conflictPolicy = ConflictPolicy(name: self.onConflict)!
         configuration.naming = self.contentDisposition ? .contentDisposition : .urlPath
         configuration.retryPolicy.maximumAttempts = self.retries + 1
+        configuration.bandwidthLimit = self.limitRate.flatMap(Rate.parse)
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
         let mode: EventRenderer.Mode = self.json ? .json : (self.quiet ? .quiet : .plain(progressEvery: .seconds(2)))
         let started = ContinuousClock.now

@@ -101,10 +101,27 @@ struct GetArgumentTests {
         ["get", "http://h/a", "--retries", "-1"],
         ["get", "http://h/a", "--timeout", "0"],
         ["get", "http://h/a", "--timeout", "soon"],
+        ["get", "http://h/a", "--limit-rate", "fast"],
     ])
     func rejectsBadUsage(arguments: [String]) {
         #expect(throws: (any Error).self) { try HaulCommand.parseAsRoot(arguments) }
         #expect(HaulCommand.exitCode(for: ValidationError("x")).rawValue == 64)
+    }
+}
+
+@Suite("Parsing rates")
+struct RateTests {
+    @Test(arguments: [
+        ("800", Int64(800)), ("500K", 512_000), ("500k", 512_000), ("2M", 2_097_152), ("1.5G", 1_610_612_736),
+        ("2MiB", 2_097_152), ("100KB/s", 102_400),
+    ])
+    func readsRatesAsPeopleWriteThem(text: String, bytes: Int64) {
+        #expect(Rate.parse(text) == bytes)
+    }
+
+    @Test(arguments: ["", "K", "-1M", "0", "fast", "1.2.3M", "9999999999G", "1T"])
+    func refusesWhatIsNotARate(text: String) {
+        #expect(Rate.parse(text) == nil)
     }
 }
 

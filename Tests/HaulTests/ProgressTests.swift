@@ -65,4 +65,21 @@ struct ProgressTests {
         #expect(progress.estimatedTimeRemaining == .seconds(3))
         #expect(TransferProgress(receivedBytes: 5, expectedBytes: nil, bytesPerSecond: 1).fractionCompleted == nil)
     }
+
+    @Test func aTokenBucketSpacesOutUseToItsRate() {
+        var bucket = TokenBucket(bytesPerSecond: 100_000, now: self.start)
+        #expect(bucket.take(100_000, at: self.start) == .seconds(1))
+        // A second later the debt is paid; using another 50,000 bytes at once costs half a second.
+        #expect(bucket.take(50_000, at: self.start + .seconds(1)) == .milliseconds(500))
+        // Idle time earns credit, but never more than the burst (here its floor, 65,536 bytes): of 80,000 bytes used
+        // at once, 14,464 must wait 144.64 ms.
+        #expect(bucket.take(40_000, at: self.start + .seconds(60)) == .zero)
+        #expect(bucket.take(40_000, at: self.start + .seconds(60)) == .milliseconds(145))
+    }
+
+    @Test func aChangedRateAppliesFromThenOn() {
+        var bucket = TokenBucket(bytesPerSecond: 1_000, now: self.start)
+        bucket.setRate(1_000_000)
+        #expect(bucket.take(500_000, at: self.start) == .milliseconds(500))
+    }
 }

@@ -59,6 +59,8 @@ extension Download {
         var progress: ProgressCell
         var maximumFileSize: Int64?
         var lowSpeedLimit: TransferManager.LowSpeedLimit?
+        /// The manager's bandwidth limit, shared by all its transfers.
+        var bandwidth: BandwidthLimiter
 
         /// The final path for a name.
         func finalPath(_ components: [String]) -> URL {
@@ -262,6 +264,7 @@ extension Download {
                         )
                     }
                     plan.progress.store(file.size)
+                    try await plan.bandwidth.consume(chunk.readableBytes)
                     if let floor = plan.lowSpeedLimit, clock.now - speedWindow.start >= floor.duration {
                         let now = clock.now
                         let rate = Double(file.size - speedWindow.bytes) / (now - speedWindow.start).seconds
