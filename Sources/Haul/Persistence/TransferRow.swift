@@ -85,7 +85,7 @@ enum StoreOperation: Sendable {
         let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
         switch self {
         case .insertItem(let batchID, let position, let row):
-            try db.execute(
+            try db.executeCached(
                 sql: """
                     INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
                         usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
@@ -103,13 +103,13 @@ enum StoreOperation: Sendable {
                     owner, now,
                 ]
             )
-            try db.execute(
+            try db.executeCached(
                 sql: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)",
                 arguments: [batchID.rawValue, position, row.id]
             )
         case .state(let id, let state, let attempts):
             let releases = state != .running
-            try db.execute(
+            try db.executeCached(
                 sql: """
                     UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ?\(releases ? ", " + release : "")
                     WHERE id = ? AND \(mine)
@@ -119,20 +119,20 @@ enum StoreOperation: Sendable {
                     : [state.description, attempts, now, id.rawValue, owner, now]
             )
         case .validator(let id, let etag, let lastModified, let totalSize):
-            try db.execute(
+            try db.executeCached(
                 sql:
                     "UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)",
                 arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now]
             )
         case .checkpoint(let id, let bytes):
             // A checkpoint also renews the lease.
-            try db.execute(
+            try db.executeCached(
                 sql:
                     "UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?",
                 arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner]
             )
         case .completed(let id, let file, let modified):
-            try db.execute(
+            try db.executeCached(
                 sql: """
                     UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?,
                         finalSize = ?, finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL,
@@ -144,18 +144,18 @@ enum StoreOperation: Sendable {
                 ]
             )
         case .publishing(let id, let finalPath, let size):
-            try db.execute(
+            try db.executeCached(
                 sql:
                     "UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ? AND \(mine)",
                 arguments: [finalPath, size, now, id.rawValue, owner, now]
             )
         case .releaseLease(let id, let holder):
-            try db.execute(
+            try db.executeCached(
                 sql: "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?",
                 arguments: [id.rawValue, holder]
             )
         case .failed(let id, let error, let attempts):
-            try db.execute(
+            try db.executeCached(
                 sql: """
                     UPDATE transfer SET state = 'failed', errorCode = ?, errorMessage = ?, httpStatus = ?,
                         attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
@@ -166,5 +166,13 @@ enum StoreOperation: Sendable {
                 ]
             )
         }
+    }
+}
+
+extension Database {
+    /// `execute(sql:arguments:)` through the statement cache: the store's statements are few and constant, and
+    /// preparing one costs more than running it (SQLite's parser and GRDB's authorizer, per the profile).
+    func executeCached(sql: String, arguments: StatementArguments = StatementArguments()) throws {
+        try self.cachedStatement(sql: sql).execute(arguments: arguments)
     }
 }

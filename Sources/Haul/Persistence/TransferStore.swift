@@ -104,7 +104,10 @@ public final class TransferStore: Sendable {
     func claim(_ id: TransferID, owner: String, pending: [StoreOperation]) throws -> Claim {
         try self.database.write { db in
             for operation in pending { try operation.apply(db, owner: owner) }
-            if let row = try TransferRow.fetchOne(db, key: id.rawValue),
+            if let row = try TransferRow.fetchOne(
+                db.cachedStatement(sql: "SELECT * FROM transfer WHERE id = ?"),
+                arguments: [id.rawValue]
+            ),
                 row.state == TransferState.completed.description,
                 row.leaseOwner != owner, let finalPath = row.finalPath,
                 let (size, modified) = Persisted.sizeAndModification(finalPath), size == row.finalSize,
@@ -121,13 +124,12 @@ public final class TransferStore: Sendable {
             }
             let now = Date().timeIntervalSince1970
             let holder = try String.fetchOne(
-                db,
-                sql: "SELECT leaseOwner FROM transfer WHERE id = ?",
+                db.cachedStatement(sql: "SELECT leaseOwner FROM transfer WHERE id = ?"),
                 arguments: [id.rawValue]
             )
             // A lease whose process is gone (killed) is free at once, not only when it expires.
             let holderIsGone = holder.map { !LeaseOwner.isAlive($0) } ?? false
-            try db.execute(
+            try db.executeCached(
                 sql: """
                     UPDATE transfer SET leaseOwner = ?, leaseExpires = ?
                     WHERE id = ? AND (leaseOwner IS NULL OR leaseOwner = ? OR leaseExpires < ? OR ?)
@@ -184,16 +186,7 @@ public final class TransferStore: Sendable {
 
     /// The transfers of a batch, in the order they were added.
     public func transfers(inBatch id: BatchID) throws -> [StoredTransfer] {
-        try self.database.read { db in
-            try TransferRow.fetchAll(
-                db,
-                sql: """
-                    SELECT transfer.* FROM batchItem JOIN transfer ON transfer.id = batchItem.transferID
-                    WHERE batchItem.batchID = ? ORDER BY batchItem.position
-                    """,
-                arguments: [id.rawValue]
-            ).map(StoredTransfer.init)
-        }
+        try self.rows(inBatch: id).map(StoredTransfer.init)
     }
 
     /// A transfer by its identifier, as last recorded (HWIFileDownload's identifiers survive restarts).
@@ -232,7 +225,12 @@ public final class TransferStore: Sendable {
     }
 
     func row(_ id: TransferID) throws -> TransferRow? {
-        try self.database.read { db in try TransferRow.fetchOne(db, key: id.rawValue) }
+        try self.database.read { db in
+            try TransferRow.fetchOne(
+                db.cachedStatement(sql: "SELECT * FROM transfer WHERE id = ?"),
+                arguments: [id.rawValue]
+            )
+        }
     }
 
     /// Creates a batch and returns its identifier.

@@ -388,8 +388,9 @@ extension Download {
             try PartialFile.publishReplacing(part, at: path(name))
             return completed(path(name))
         }
-        let candidates =
-            plan.conflictPolicy == .rename ? [name] + (1...9_999).map { FileNaming.numbered(name, $0) } : [name]
+        // Lazily: most files take the first name, and building 10,000 names per file costs more than the download.
+        let numbered = plan.conflictPolicy == .rename ? 9_999 : 0
+        let candidates = (0...numbered).lazy.map { $0 == 0 ? name : FileNaming.numbered(name, $0) }
         for candidate in candidates where !PartialFile.exists(path(candidate)) {
             observer.willPublish(plan.id, at: path(candidate), byteCount: byteCount)
             if try PartialFile.publishWithoutReplacing(part, at: path(candidate)) { return completed(path(candidate)) }
