@@ -114,10 +114,19 @@ struct Get: AsyncParsableCommand {
     }
 
     func run() async throws {
+        var input: InputLines?
         if let inputFile = self.inputFile {
-            // A first pass checks every line, in constant memory, so that a bad line downloads nothing.
-            if let error = Self.firstError(inInputFile: inputFile) {
-                Self.printError("haul: \(inputFile): \(error)")
+            // A first pass checks every line (a file in constant memory; standard input, which cannot be read twice,
+            // is kept), so that a bad line downloads nothing.
+            do {
+                let lines = try InputLines.open(inputFile)
+                if let error = Self.firstError(in: lines) {
+                    Self.printError("haul: \(inputFile): \(error)")
+                    throw ExitCode(64)
+                }
+                input = lines
+            } catch let error as InputFileError {
+                Self.printError("haul: \(inputFile): \(error.message)")
                 throw ExitCode(64)
             }
         }
@@ -134,7 +143,6 @@ struct Get: AsyncParsableCommand {
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
         let mode: EventRenderer.Mode = self.json ? .json : (self.quiet ? .quiet : .plain(progressEvery: .seconds(2)))
         let started = ContinuousClock.now
-        let input = self.inputFile
         let requests = self.commandLineRequests(folder: folder)
 
         let (report, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) {
@@ -148,7 +156,7 @@ struct Get: AsyncParsableCommand {
                 group.addTask { await EventPrinter.print(events, mode: mode) }
                 for request in requests { try batch.add(request) }
                 if let input {
-                    try Self.addItems(fromInputFile: input, to: batch, folder: folder, headers: self.parsedHeaders)
+                    try Self.addItems(from: input, to: batch, folder: folder, headers: self.parsedHeaders)
                 }
                 batch.seal()
                 try await group.waitForAll()
@@ -182,11 +190,10 @@ struct Get: AsyncParsableCommand {
         }
     }
 
-    private static func firstError(inInputFile path: String) -> InputFileError? {
+    private static func firstError(in lines: InputLines) -> InputFileError? {
         do {
-            let reader = try LineReader(path: path)
             var parser = InputFileParser()
-            while let line = reader.next() { _ = try parser.feed(line) }
+            try lines.forEach { _ = try parser.feed($0) }
             return nil
         } catch let error as InputFileError {
             return error
@@ -196,12 +203,11 @@ struct Get: AsyncParsableCommand {
     }
 
     private static func addItems(
-        fromInputFile path: String,
+        from lines: InputLines,
         to batch: Batch,
         folder: URL,
         headers: [(name: String, value: String)]
     ) throws {
-        let reader = try LineReader(path: path)
         var parser = InputFileParser()
         func add(_ item: InputItem) throws {
             var itemFolder = folder
@@ -223,7 +229,7 @@ struct Get: AsyncParsableCommand {
                 )
             )
         }
-        while let line = reader.next() {
+        try lines.forEach { line in
             if let item = try parser.feed(line) { try add(item) }
         }
         if let item = parser.finish() { try add(item) }

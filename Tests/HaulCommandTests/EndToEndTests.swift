@@ -133,6 +133,21 @@ struct EndToEndTests {
         }
     }
 
+    @Test func readsAListFromStandardInput() async throws {
+        try await FaultInjectingServer.withServer(resources: [
+            "/a.bin": .init(body: Self.body), "/b.bin": .init(body: [7]),
+        ]) {
+            server in
+            try await self.withFolder { folder in
+                let list = "\(server.url("/a.bin").absoluteString)\n# comment\n\(server.url("/b.bin").absoluteString)\n"
+                let output = try await HaulProcess.run(["get", "-i", "-", "-d", folder.path], stdin: list)
+                #expect(output.status == 0, "\(output.stderr)")
+                #expect(try Data(contentsOf: folder.appending(path: "a.bin")) == Data(Self.body))
+                #expect(try Data(contentsOf: folder.appending(path: "b.bin")) == Data([7]))
+            }
+        }
+    }
+
     @Test func writesOneJSONEventPerLineAndNothingElseOnStandardOutput() async throws {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in

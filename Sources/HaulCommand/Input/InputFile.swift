@@ -165,3 +165,29 @@ final class LineReader {
         return String(decoding: UnsafeRawBufferPointer(start: buffer, count: count), as: UTF8.self)[...]
     }
 }
+
+/// The lines of an input file, readable twice: a file is opened again for each pass (constant memory), standard
+/// input, which can be read only once, is kept in memory.
+enum InputLines {
+    case file(String)
+    case buffered([Substring])
+
+    /// Opens `path` (`-` for standard input); throws when it cannot be read.
+    static func open(_ path: String) throws -> InputLines {
+        let reader = try LineReader(path: path)
+        guard path == "-" else { return .file(path) }
+        var lines: [Substring] = []
+        while let line = reader.next() { lines.append(line) }
+        return .buffered(lines)
+    }
+
+    func forEach(_ body: (Substring) throws -> Void) throws {
+        switch self {
+        case .file(let path):
+            let reader = try LineReader(path: path)
+            while let line = reader.next() { try body(line) }
+        case .buffered(let lines):
+            for line in lines { try body(line) }
+        }
+    }
+}
