@@ -244,13 +244,59 @@ struct ResilienceTests {
     }
 
     @Test func treatsA416ForTheLocalSizeAsComplete() async throws {
-        let result = try await self.fetch(
-            .init(body: Self.body, faults: [.stallChunked(afterBytes: Self.body.count)]),
-            configuration: .retrying(idleTimeout: .seconds(2))
+        // Every byte arrives, but the chunked body never ends: pause once all are on disk, then resume. The range
+        // request starts at the end of the file, and the server's 416 `bytes */N` says it is complete.
+        let resource = FaultInjectingServer.Resource(
+            body: Self.body,
+            faults: [.stallChunked(afterBytes: Self.body.count)]
         )
-        #expect(result.file == Self.body)
-        #expect(result.requests.map(\.range) == [nil, "bytes=\(Self.body.count)-"])
-        #expect(result.report.completed.first?.file.byteCount == Int64(Self.body.count))
+        try await FaultInjectingServer.withServer(resources: ["/file": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .retrying()) { manager in
+                    let batch = try manager.enqueue(TransferRequest(url: server.url("/file"), into: folder))
+                    let all = await batch.firstEvent { event in
+                        if case .transfer(let e) = event, case .progressed(let p) = e.kind,
+                            p.receivedBytes == Self.body.count
+                        {
+                            return true
+                        }
+                        return false
+                    }
+                    let id = try #require(all?.transferID)
+                    manager.pause(id)
+                    _ = await batch.firstEvent { event in
+                        if case .transfer(let e) = event, case .paused = e.kind { return true }
+                        return false
+                    }
+                    manager.resume(id)
+                    return await batch.report()
+                }
+                #expect(contents(of: folder.appending(path: "file")) == Self.body)
+                #expect(server.requests.map(\.range) == [nil, "bytes=\(Self.body.count)-"])
+                #expect(report.completed.first?.file.byteCount == Int64(Self.body.count))
+            }
+        }
+    }
+
+    @Test func aCancelledChunkedBodyIsNeverPublishedAsComplete() async throws {
+        let resource = FaultInjectingServer.Resource(body: Self.body, faults: [.stallChunked(afterBytes: 100_000)])
+        try await FaultInjectingServer.withServer(resources: ["/file": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .retrying()) { manager in
+                    let batch = try manager.enqueue(TransferRequest(url: server.url("/file"), into: folder))
+                    let some = await batch.firstEvent { event in
+                        if case .transfer(let e) = event, case .progressed(let p) = e.kind, p.receivedBytes >= 100_000 {
+                            return true
+                        }
+                        return false
+                    }
+                    manager.cancel(try #require(some?.transferID))
+                    return await batch.report()
+                }
+                #expect(report.cancelled.count == 1)
+                #expect(names(in: folder).isEmpty)
+            }
+        }
     }
 
     // MARK: Framing and timeouts
@@ -267,7 +313,7 @@ struct ResilienceTests {
             configuration: .retrying(idleTimeout: .seconds(2))
         )
         #expect(result.file == Self.body)
-        #expect(result.requests.map(\.range) == [nil, "bytes=50000-"])
+        #expect(self.resumed(result.requests, atMost: 50_000), "\(result.requests.map(\.range))")
         let retry = result.events.compactMap { if case .retrying(_, _, let error) = $0 { error.code } else { nil } }
         #expect(retry == [.timedOut])
     }

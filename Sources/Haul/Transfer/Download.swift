@@ -282,6 +282,9 @@ extension Download {
                 throw HTTPTransport.haulError(for: error, url: plan.url, receivedBody: receivedAny)
             }
             try file.flush()
+            // A body iterator may end quietly when its task is cancelled (a pause or a cancel): without a length to
+            // compare, a cut chunked body would look complete. A cancelled attempt never publishes.
+            try Task.checkCancellation()
         }
         let byteCount = file.size
         if let expected = expectedBytes, byteCount != expected {
