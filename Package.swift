@@ -62,7 +62,10 @@ let package = Package(
         ),
         .testTarget(
             name: "HaulIntegrationTests",
-            dependencies: ["Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "HaulCommandTests",

@@ -26,6 +26,7 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
             case fileTooLarge
             case redirectRefused
             case leasedElsewhere
+            case validationFailed
             case tooManyRedirects
             case cancelled
         }
@@ -70,6 +71,8 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
         public static let tooManyRedirects = Code(.tooManyRedirects)
         /// Another process (or manager) sharing the store is downloading this transfer now; retried later.
         public static let leasedElsewhere = Code(.leasedElsewhere)
+        /// The file validator hook rejected the file; it was not published.
+        public static let validationFailed = Code(.validationFailed)
         /// The transfer was cancelled.
         public static let cancelled = Code(.cancelled)
 

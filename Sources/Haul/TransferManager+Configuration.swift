@@ -1,3 +1,5 @@
+import Foundation
+
 extension TransferManager {
     /// How a manager runs its transfers. Every default is documented with its reason.
     public struct Configuration: Sendable {
@@ -58,6 +60,8 @@ extension TransferManager {
         /// request for a transfer the store knows resumes its partial file, or is not fetched at all if its file
         /// completed and is unchanged. Default `nil`: the library never writes outside the destination unasked.
         public var store: TransferStore? = nil
+        /// Hooks around each attempt (HWIFileDownload's delegate methods); none by default.
+        public var hooks = Hooks()
         /// The `User-Agent` sent with every request, unless a request's headers set one.
         public var userAgent: String = "Haul/0.1"
 
@@ -77,5 +81,27 @@ extension TransferManager {
             self.bytesPerSecond = bytesPerSecond
             self.duration = duration
         }
+    }
+
+    /// Decisions a caller can take around each attempt. Each is optional; without it Haul's own rule applies.
+    public struct Hooks: Sendable {
+        /// Called before every attempt, the first included, with the identifier, the attempt's number (from 1) and
+        /// the request's URL and headers; returns the URL and headers to use. For signed URLs that expire, tokens
+        /// that must be refreshed: a retry or a resume after a pause asks again.
+        public var prepareRequest:
+            (
+                @Sendable (TransferID, Int, URL, [(name: String, value: String)]) async -> (
+                    url: URL, headers: [(name: String, value: String)]
+                )
+            )?
+        /// Whether a successful (2xx) status is acceptable for a transfer; `false` fails it with
+        /// ``HaulError/Code/httpStatus`` before any byte is written. Other statuses follow Haul's rules.
+        public var acceptsStatus: (@Sendable (TransferID, Int) -> Bool)?
+        /// Checks a complete file before it is published, given the partial file's path; `false` fails the transfer
+        /// with ``HaulError/Code/validationFailed`` and removes the file, so nothing reaches the final path.
+        public var validatesFile: (@Sendable (TransferID, URL) -> Bool)?
+
+        /// No hooks.
+        public init() {}
     }
 }

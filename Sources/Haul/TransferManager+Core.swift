@@ -300,7 +300,9 @@ extension TransferManager {
                 progress: self.progressCells[id] ?? ProgressCell(record.receivedBytes),
                 maximumFileSize: self.configuration.maximumFileSize,
                 lowSpeedLimit: self.configuration.lowSpeedLimit,
-                bandwidth: self.bandwidth
+                bandwidth: self.bandwidth,
+                hooks: self.configuration.hooks,
+                attempt: record.machine.attempts
             )
             return (plan, signal)
         }

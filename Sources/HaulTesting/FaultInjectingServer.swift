@@ -255,9 +255,11 @@ public final class FaultInjectingServer: Sendable {
                 )
                 state.inFlight += 1
                 state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
-                let count = state.requestCounts[path, default: 0]
-                state.requestCounts[path] = count + 1
-                let resource = state.resources[path]
+                // Resources are found by path alone: a query (a signature, a token) does not change the file.
+                let key = String(path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0])
+                let count = state.requestCounts[key, default: 0]
+                state.requestCounts[key] = count + 1
+                let resource = state.resources[key]
                 let fault = resource.flatMap { count < $0.faults.count ? $0.faults[count] : nil }
                 return (resource, fault)
             }

@@ -61,6 +61,9 @@ extension Download {
         var lowSpeedLimit: TransferManager.LowSpeedLimit?
         /// The manager's bandwidth limit, shared by all its transfers.
         var bandwidth: BandwidthLimiter
+        /// The caller's hooks, and which attempt this is (from 1), for them.
+        var hooks: TransferManager.Hooks
+        var attempt: Int
 
         /// The final path for a name.
         func finalPath(_ components: [String]) -> URL {
@@ -132,8 +135,18 @@ extension Download {
         }
         plan.progress.store(offset)
         observer.attemptStarted(plan.id, offset: offset)
-        let response = try await transport.get(plan.url, headers: headers)
+        var requestURL = plan.url
+        if let prepare = plan.hooks.prepareRequest {
+            // The caller's URL and headers for this attempt (a re-signed URL, a fresh token), then Haul's own.
+            let prepared = await prepare(plan.id, plan.attempt, plan.url, plan.headers)
+            requestURL = prepared.url
+            headers = prepared.headers + headers.dropFirst(plan.headers.count)
+        }
+        let response = try await transport.get(requestURL, headers: headers)
         let status = Int(response.status.code)
+        if (200...299).contains(status), let accepts = plan.hooks.acceptsStatus, !accepts(plan.id, status) {
+            throw HaulError(.httpStatus, "The status hook rejected status \(status)", httpStatus: status)
+        }
 
         var validator = Validator(response.headers)
         var expectedBytes: Int64?
@@ -327,6 +340,10 @@ extension Download {
         }
         if plan.synchronizesFiles { try file.synchronize() }
         _ = consume file
+        if let validates = plan.hooks.validatesFile, !validates(plan.id, plan.partPath) {
+            PartialFile.remove(plan.partPath)
+            throw HaulError(.validationFailed, "The file validator rejected the file", httpStatus: status)
+        }
         let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : sha256Digester?.finalize()
         return try self.publish(plan, byteCount: byteCount, sha256: sha256, observer: observer)
     }
