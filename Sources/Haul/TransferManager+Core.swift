@@ -704,11 +704,8 @@ extension TransferManager.Core {
         let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }.map {
             [$0.name, $0.value]
         }
-        let (kind, path): (String, String) =
-            switch record.request.destination {
-            case .folder(let url): ("folder", url.standardizedFileURL.path)
-            case .file(let url): ("file", url.standardizedFileURL.path)
-            }
+        let kind = if case .file = record.request.destination { "file" } else { "folder" }
+        let path = record.request.destination.storedPath
         return TransferRow(
             id: record.request.id.rawValue,
             url: record.request.url.absoluteString,

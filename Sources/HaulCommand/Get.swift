@@ -164,10 +164,7 @@ struct Get: AsyncParsableCommand {
             return (await batch.report(), interruption.hasFired)
         }
 
-        let summary = Summary.lines(for: report, elapsed: .now - started)
-        for line in summary where !(self.quiet && !line.hasPrefix("FAILED")) {
-            if self.json { Self.printError(line) } else { Self.printOutput(line) }
-        }
+        Summary.print(report, elapsed: .now - started, json: self.json, quiet: self.quiet)
         if interrupted { throw ExitCode(130) }
         if !report.isSuccess { throw ExitCode(1) }
     }

@@ -65,10 +65,7 @@ struct Resume: AsyncParsableCommand {
             return (reports, interruption.hasFired)
         }
         let merged = BatchReport(batchID: reports.first?.batchID ?? BatchID(0), items: reports.flatMap(\.items))
-        for line in Summary.lines(for: merged, elapsed: .now - started) where !(self.quiet && !line.hasPrefix("FAILED"))
-        {
-            if self.json { Get.printError(line) } else { Get.printOutput(line) }
-        }
+        Summary.print(merged, elapsed: .now - started, json: self.json, quiet: self.quiet)
         if interrupted { throw ExitCode(130) }
         if !merged.isSuccess { throw ExitCode(1) }
     }

@@ -44,12 +44,6 @@ struct SchedulerTests {
         #expect(scheduler.runningEnded("b") == [])
     }
 
-    @Test func raisingTheLimitStartsMoreAtOnce() {
-        var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 6)
-        for id in ["a", "b", "c"] { _ = scheduler.enqueue(TransferID(id), host: "h") }
-        #expect(scheduler.setLimits(maximumConcurrent: 3, maximumPerHost: 6) == ["b", "c"])
-    }
-
     @Test func choosesAmongAHundredThousandWaitingWithoutScanningThem() {
         var scheduler = Scheduler.StateMachine(maximumConcurrent: 4, maximumPerHost: 4)
         for index in 0..<100_000 { _ = scheduler.enqueue(TransferID("t\(index)"), host: "h\(index % 3)") }

@@ -2,9 +2,7 @@ import Foundation
 import GRDB
 
 /// One row of the `transfer` table.
-struct TransferRow: Codable, Sendable, FetchableRecord, PersistableRecord {
-    static let databaseTableName = "transfer"
-
+struct TransferRow: Codable, Sendable, FetchableRecord {
     var id: String
     var url: String
     var destinationKind: String

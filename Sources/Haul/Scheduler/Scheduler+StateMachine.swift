@@ -76,17 +76,6 @@ extension Scheduler {
             return self.startable()
         }
 
-        /// Whether a host is held.
-        func isHeld(_ host: String) -> Bool { self.holds[host] != nil }
-
-        /// Changes the limits; returns the transfers that may start now that more are allowed.
-        mutating func setLimits(maximumConcurrent: Int, maximumPerHost: Int) -> [TransferID] {
-            precondition(maximumConcurrent > 0 && maximumPerHost > 0, "Concurrency limits must be positive")
-            self.maximumConcurrent = maximumConcurrent
-            self.maximumPerHost = maximumPerHost
-            return self.startable()
-        }
-
         /// Moves waiting transfers to running while the limits allow, oldest first among hosts with room.
         private mutating func startable() -> [TransferID] {
             var started: [TransferID] = []

@@ -24,8 +24,10 @@ struct EventRenderer {
         case .json:
             return JSONEvent.make(event).map { [$0.encoded()] } ?? []
         case .quiet:
-            if case .transfer(let transfer) = event, case .finished(.failed(let error)) = transfer.kind {
-                return ["failed    \(transfer.url.absoluteString): \(error.message)"]
+            if case .transfer(let transfer) = event, case .finished(let result) = transfer.kind, result.state == .failed
+            {
+                let line = Self.resultLine(transfer, result)
+                return ["\(line.word) \(line.detail)"]
             }
             return []
         case .plain(let every):
@@ -40,17 +42,10 @@ struct EventRenderer {
                 case .restarted(let reason):
                     return ["restarted \(transfer.url.absoluteString): \(reason)"]
                 case .retrying(let attempt, let delay, let error):
-                    return [
-                        "retrying  \(transfer.url.absoluteString) in \(Formatting.duration(delay)) (attempt \(attempt) failed: \(error.message))"
-                    ]
-                case .finished(.completed(let file)):
-                    return ["completed \(file.path.path) (\(Formatting.bytes(file.byteCount)))"]
-                case .finished(.failed(let error)):
-                    return ["failed    \(transfer.url.absoluteString): \(error.message)"]
-                case .finished(.skipped(let existing)):
-                    return ["skipped   \(transfer.url.absoluteString): \(existing.path) exists"]
-                case .finished(.cancelled):
-                    return ["cancelled \(transfer.url.absoluteString)"]
+                    return [Self.retryLine(transfer.url, attempt: attempt, delay: delay, error: error)]
+                case .finished(let result):
+                    let line = Self.resultLine(transfer, result)
+                    return ["\(line.word) \(line.detail)"]
                 case .queued, .progressed, .paused, .resumed:
                     return []
                 }
@@ -63,6 +58,22 @@ struct EventRenderer {
                 return []
             }
         }
+    }
+
+    /// How a transfer ended, as a fixed-width word and the rest of the line: the same words in plain output,
+    /// with `--quiet`, and above the live display.
+    static func resultLine(_ transfer: TransferEvent, _ result: TransferResult) -> (word: String, detail: String) {
+        switch result {
+        case .completed(let file): ("completed", "\(file.path.path) (\(Formatting.bytes(file.byteCount)))")
+        case .failed(let error): ("failed   ", "\(transfer.url.absoluteString): \(error.message)")
+        case .skipped(let existing): ("skipped  ", "\(transfer.url.absoluteString): \(existing.path) exists")
+        case .cancelled: ("cancelled", transfer.url.absoluteString)
+        }
+    }
+
+    /// `retrying  URL in 2.0s (attempt 1 failed: ...)`.
+    static func retryLine(_ url: URL, attempt: Int, delay: Duration, error: HaulError) -> String {
+        "retrying  \(url.absoluteString) in \(Formatting.duration(delay)) (attempt \(attempt) failed: \(error.message))"
     }
 
     /// `progress  12/200 files, 3 failed, 45.2 MiB of 120 MiB (37%), 80.1 MiB/s, 1.0s left`.
@@ -81,6 +92,14 @@ struct EventRenderer {
 
 /// The summary printed at the end of every run: counts, bytes, time, speed, then one line per failed item.
 enum Summary {
+    /// Prints the summary: on standard output, or on standard error with `--json` (standard output is for events);
+    /// with `--quiet`, only the failure lines.
+    static func print(_ report: BatchReport, elapsed: Duration, json: Bool, quiet: Bool) {
+        for line in self.lines(for: report, elapsed: elapsed) where !(quiet && !line.hasPrefix("FAILED")) {
+            if json { Get.printError(line) } else { Get.printOutput(line) }
+        }
+    }
+
     static func lines(for report: BatchReport, elapsed: Duration) -> [String] {
         let bytes = report.completed.reduce(Int64(0)) { $0 + $1.file.byteCount }
         let seconds = max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 1e-6)

@@ -46,9 +46,7 @@ struct LiveDisplay {
                 permanent.append(self.permanentLine(transfer, result))
                 force = true
             case .retrying(let attempt, let delay, let error):
-                permanent.append(
-                    "retrying  \(transfer.url.absoluteString) in \(Formatting.duration(delay)) (attempt \(attempt): \(error.message))"
-                )
+                permanent.append(EventRenderer.retryLine(transfer.url, attempt: attempt, delay: delay, error: error))
             case .paused:
                 self.active[transfer.id] = nil
                 self.order.removeAll { $0 == transfer.id }
@@ -95,12 +93,12 @@ struct LiveDisplay {
     }
 
     private func permanentLine(_ transfer: TransferEvent, _ result: TransferResult) -> String {
-        let (word, color, detail): (String, String, String) =
-            switch result {
-            case .completed(let file): ("completed", "32", "\(file.path.path) (\(Formatting.bytes(file.byteCount)))")
-            case .failed(let error): ("failed   ", "31", "\(transfer.url.absoluteString): \(error.message)")
-            case .skipped(let existing): ("skipped  ", "33", "\(transfer.url.absoluteString): \(existing.path) exists")
-            case .cancelled: ("cancelled", "33", transfer.url.absoluteString)
+        let (word, detail) = EventRenderer.resultLine(transfer, result)
+        let color =
+            switch result.state {
+            case .completed: "32"
+            case .failed: "31"
+            default: "33"
             }
         return self.renderer.colors ? "\u{1B}[\(color)m\(word)\u{1B}[0m \(detail)" : "\(word) \(detail)"
     }
