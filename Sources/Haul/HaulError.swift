@@ -29,6 +29,7 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
             case validationFailed
             case tooManyRedirects
             case cancelled
+            case notFound
         }
 
         private let base: Base
@@ -75,6 +76,8 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
         public static let validationFailed = Code(.validationFailed)
         /// The transfer was cancelled.
         public static let cancelled = Code(.cancelled)
+        /// A deletion's target does not exist: the server answered `404 Not Found`.
+        public static let notFound = Code(.notFound)
 
         /// The code's stable name, as used in JSON output: `httpStatus`, `checksumMismatch`, ...
         public var description: String { self.base.rawValue }

@@ -163,7 +163,7 @@ extension TransferManager {
             guard var newRecord = Self.makeRecord(for: request, configuration: self.configuration) else {
                 let error = HaulError(
                     .invalidRequest,
-                    "Only http and https URLs with a host can be downloaded: \(request.url.absoluteString)"
+                    "Only http and https URLs with a host are supported: \(request.url.absoluteString)"
                 )
                 self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                 return
@@ -241,6 +241,18 @@ extension TransferManager {
                 let host = request.url.host, !host.isEmpty
             else { return nil }
             let hostKey = "\(scheme)://\(host.lowercased()):\(request.url.port ?? (scheme == "https" ? 443 : 80))"
+            guard request.isDownload else {
+                // Uploads and deletions write nothing locally: no folder, no names, no partial file.
+                return Record(
+                    request: request,
+                    host: hostKey,
+                    folder: URL(filePath: "/", directoryHint: .isDirectory),
+                    nameComponents: [],
+                    usesContentDisposition: false,
+                    conflictPolicy: request.conflictPolicy ?? configuration.conflictPolicy,
+                    expectedBytes: request.expectedByteCount
+                )
+            }
             switch request.destination {
             case .file(let path):
                 return Record(
@@ -286,6 +298,7 @@ extension TransferManager {
             }
             let plan = Download.Plan(
                 id: id,
+                operation: record.request.operation,
                 url: record.request.url,
                 headers: headers,
                 folder: record.folder,
@@ -467,7 +480,7 @@ extension TransferManager {
             case .finish(let outcome, let removePartialFile, let dequeue):
                 if dequeue { self.scheduler.removeWaiting(id) }
                 let record = self.transfers[id]!
-                if removePartialFile {
+                if removePartialFile, record.request.isDownload {
                     aftermath.removedFiles.append(
                         Download.partPath(id: id, folder: record.folder, nameComponents: record.nameComponents)
                     )
@@ -480,7 +493,8 @@ extension TransferManager {
         // MARK: Progress and events
 
         mutating func attemptStarted(_ id: TransferID, offset: Int64) {
-            self.transfers[id]?.receivedBytes = offset
+            // An upload sends its body from the start again, but its progress never goes back.
+            if self.transfers[id]?.request.isDownload == true { self.transfers[id]?.receivedBytes = offset }
             self.emit(id, .started(offset: offset))
         }
 
@@ -732,7 +746,8 @@ extension TransferManager.Core {
             errorCode: nil,
             errorMessage: nil,
             httpStatus: nil,
-            updatedAt: Date().timeIntervalSince1970
+            updatedAt: Date().timeIntervalSince1970,
+            operation: Self.json(StoredOperation(record.request.operation))
         )
     }
 

@@ -110,13 +110,23 @@ public final class TransferManager: Sendable {
             break
         case .heldElsewhere:
             return .failed(
-                HaulError(.leasedElsewhere, "Another haul process sharing the state database is downloading this file")
+                HaulError(
+                    .leasedElsewhere,
+                    "Another haul process sharing the state database is working on this transfer"
+                )
             )
         case .completedElsewhere(let file):
             return .completed(file)
         }
         return await withTaskGroup(of: Download.AttemptOutcome?.self) { group in
-            group.addTask { await Download.run(plan, transport: self.transport, observer: self) }
+            group.addTask {
+                switch plan.operation {
+                case .download: await Download.run(plan, transport: self.transport, observer: self)
+                case .upload(let upload): await Upload.run(plan, upload, transport: self.transport, observer: self)
+                case .delete(let deletion):
+                    await Deletion.run(plan, deletion, transport: self.transport, observer: self)
+                }
+            }
             group.addTask {
                 await signal.wait()
                 return nil

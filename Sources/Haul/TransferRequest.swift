@@ -1,6 +1,8 @@
 import Foundation
 
-/// One file to download: where from, where to, and what to expect of it.
+/// One transfer to carry out: a file to download (where from, where to, and what to expect of it), or, made with
+/// ``upload(file:to:method:id:headers:contentType:)`` or ``delete(_:id:headers:treatsNotFoundAsSuccess:)``, a file to
+/// upload or a remote file to delete.
 public struct TransferRequest: Sendable {
     /// Where a downloaded file goes.
     public enum Destination: Sendable, Hashable {
@@ -12,7 +14,7 @@ public struct TransferRequest: Sendable {
 
     /// The file's URL: `http` or `https`.
     public var url: URL
-    /// Where the file goes.
+    /// Where the file goes. For an upload of a file, the file sent; not used by deletions and uploads of data.
     public var destination: Destination
     /// The transfer's identifier; by default derived from ``url`` and ``destination``.
     public var id: TransferID
@@ -28,8 +30,10 @@ public struct TransferRequest: Sendable {
     public var conflictPolicy: ConflictPolicy?
     /// Whether to compute the file's SHA-256 for the report even when no checksum was given. Costs CPU.
     public var computesSHA256: Bool
+    /// What the transfer does: ``Operation/download`` unless made by one of the upload or delete factories.
+    public var operation: Operation
 
-    /// Creates a request.
+    /// Creates a download request.
     ///
     /// - Parameters:
     ///   - url: the file's URL (`http` or `https`).
@@ -44,7 +48,8 @@ public struct TransferRequest: Sendable {
         headers: [(name: String, value: String)] = [],
         naming: NamingPolicy? = nil,
         conflictPolicy: ConflictPolicy? = nil,
-        computesSHA256: Bool = false
+        computesSHA256: Bool = false,
+        operation: Operation = .download
     ) {
         self.url = url
         self.destination = destination
@@ -55,6 +60,7 @@ public struct TransferRequest: Sendable {
         self.naming = naming
         self.conflictPolicy = conflictPolicy
         self.computesSHA256 = computesSHA256
+        self.operation = operation
     }
 
     /// A request for `url` into `folder`.

@@ -7,6 +7,11 @@ import NIOPosix
 /// An HTTP/1.1 server on loopback for tests: it serves deterministic bodies, honours `Range` and `If-Range` like a
 /// correct origin, injects faults on request, and records every request it receives.
 ///
+/// It also takes uploads and deletions as a WebDAV server would: `PUT` stores the body at the path (served by later
+/// `GET`s), a `multipart/form-data` `POST` stores its file field, `DELETE` removes what is stored (204) or answers
+/// 404. Faults for these come from ``setUploadFaults(_:at:)``: a status, a `Retry-After`, or a connection closed
+/// after receiving some of the body.
+///
 /// ```swift
 /// try await FaultInjectingServer.withServer(resources: ["/a": .init(body: bytes)]) { server in
 ///     ... download server.url("/a") ...
@@ -104,6 +109,19 @@ public final class FaultInjectingServer: Sendable {
         public var receivedAt: ContinuousClock.Instant
         /// The `If-Range` header, if sent.
         public var ifRange: String? { self.headers["if-range"] }
+        /// How many body bytes the request carried (for uploads), as far as the server read it.
+        public var bodyByteCount = 0
+    }
+
+    /// A file received by an upload.
+    public struct Upload: Sendable, Hashable {
+        /// The bytes of the file (for a multipart `POST`, of its file field).
+        public var body: [UInt8]
+        /// The multipart field's name and file name, for a multipart `POST`.
+        public var field: String?
+        public var fileName: String?
+        /// The request's `Content-Type`.
+        public var contentType: String?
     }
 
     private struct State: Sendable {
@@ -113,6 +131,9 @@ public final class FaultInjectingServer: Sendable {
         var inFlight = 0
         var maximumInFlight = 0
         var servedBodyBytes = 0
+        var uploads: [String: Upload] = [:]
+        var uploadFaults: [String: [Fault?]] = [:]
+        var uploadRequestCounts: [String: Int] = [:]
     }
 
     private let state: NIOLockedValueBox<State>
@@ -164,6 +185,21 @@ public final class FaultInjectingServer: Sendable {
     /// Serves `resource` at `path` from now on.
     public func setResource(_ resource: Resource?, at path: String) {
         self.state.withLockedValue { $0.resources[path] = resource }
+    }
+
+    /// Faults for successive `PUT`, `POST` and `DELETE` requests to `path`: ``Fault/status(_:)``,
+    /// ``Fault/retryAfter(status:value:)``, or ``Fault/closeConnection(afterBytes:)`` (closes after receiving that
+    /// many body bytes, without answering); `nil` entries answer correctly.
+    public func setUploadFaults(_ faults: [Fault?], at path: String) {
+        self.state.withLockedValue { $0.uploadFaults[path] = faults }
+    }
+
+    /// What uploads stored at each path (without deleted ones).
+    public var uploads: [String: Upload] { self.state.withLockedValue { $0.uploads } }
+
+    /// Stores a file as if it had been uploaded (a target for deletions).
+    public func setUpload(_ body: [UInt8], at path: String) {
+        self.state.withLockedValue { $0.uploads[path] = Upload(body: body) }
     }
 
     /// Every request received so far, in order.
@@ -221,6 +257,8 @@ public final class FaultInjectingServer: Sendable {
         private let state: NIOLockedValueBox<State>
         private var head: HTTPRequestHead?
         private var responding = false
+        /// For an upload or a deletion: the body so far, the fault chosen for it, and its index in `requests`.
+        private var upload: (body: [UInt8], fault: Fault?, index: Int)?
 
         init(state: NIOLockedValueBox<State>) { self.state = state }
 
@@ -228,13 +266,142 @@ public final class FaultInjectingServer: Sendable {
             switch self.unwrapInboundIn(data) {
             case .head(let head):
                 self.head = head
-            case .body:
-                break
+                if [.PUT, .POST, .DELETE].contains(head.method) { self.upload = self.beginUpload(head) }
+            case .body(let buffer):
+                guard var upload = self.upload else { return }
+                upload.body += buffer.readableBytesView
+                self.upload = upload
+                let count = upload.body.count
+                self.state.withLockedValue { $0.requests[upload.index].bodyByteCount = count }
+                if case .closeConnection(let afterBytes) = upload.fault, count >= afterBytes {
+                    self.upload = nil
+                    self.head = nil
+                    context.close(promise: nil)
+                }
             case .end:
                 guard let head = self.head else { return }
                 self.head = nil
-                self.respond(to: head, context: context)
+                if let upload = self.upload {
+                    self.upload = nil
+                    self.finishUpload(head, upload.body, fault: upload.fault, context: context)
+                } else {
+                    self.respond(to: head, context: context)
+                }
             }
+        }
+
+        private func beginUpload(_ head: HTTPRequestHead) -> (body: [UInt8], fault: Fault?, index: Int) {
+            var headers: [String: String] = [:]
+            for (name, value) in head.headers { headers[name.lowercased()] = value }
+            return self.state.withLockedValue { state in
+                state.requests.append(
+                    RecordedRequest(method: head.method.rawValue, path: head.uri, headers: headers, receivedAt: .now)
+                )
+                state.inFlight += 1
+                state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
+                let key = Self.key(head.uri)
+                let count = state.uploadRequestCounts[key, default: 0]
+                state.uploadRequestCounts[key] = count + 1
+                let faults = state.uploadFaults[key] ?? []
+                self.responding = true
+                return ([], count < faults.count ? faults[count] : nil, state.requests.count - 1)
+            }
+        }
+
+        private func finishUpload(
+            _ head: HTTPRequestHead,
+            _ body: [UInt8],
+            fault: Fault?,
+            context: ChannelHandlerContext
+        ) {
+            switch fault {
+            case .status(let code):
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code),
+                    "injected status \(code)\n",
+                    context: context
+                )
+                return
+            case .retryAfter(let code, let value):
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code),
+                    "slow down\n",
+                    headers: ["Retry-After": value],
+                    context: context
+                )
+                return
+            default:
+                break
+            }
+            let key = Self.key(head.uri)
+            let contentType = head.headers.first(name: "content-type")
+            switch head.method {
+            case .DELETE:
+                let existed = self.state.withLockedValue { state -> Bool in
+                    let existed = state.uploads.removeValue(forKey: key) != nil
+                    return state.resources.removeValue(forKey: key) != nil || existed
+                }
+                self.sendText(status: existed ? .noContent : .notFound, existed ? "" : "not found\n", context: context)
+            case .POST:
+                guard let contentType, let form = Self.multipartFile(body, contentType: contentType) else {
+                    self.sendText(status: .badRequest, "expected multipart/form-data with one file\n", context: context)
+                    return
+                }
+                self.state.withLockedValue {
+                    $0.uploads[key] = Upload(
+                        body: form.body,
+                        field: form.field,
+                        fileName: form.fileName,
+                        contentType: contentType
+                    )
+                }
+                self.sendText(status: .created, "created\n", context: context)
+            default:
+                let existed = self.state.withLockedValue { state -> Bool in
+                    defer { state.uploads[key] = Upload(body: body, contentType: contentType) }
+                    return state.uploads[key] != nil
+                }
+                self.sendText(status: existed ? .noContent : .created, existed ? "" : "created\n", context: context)
+            }
+        }
+
+        /// The path without its query: resources are found by path alone (a signature, a token, do not change the
+        /// file).
+        static func key(_ uri: String) -> String {
+            String(uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0])
+        }
+
+        /// The one file field of a `multipart/form-data` body: its name, file name and bytes.
+        static func multipartFile(
+            _ body: [UInt8],
+            contentType: String
+        ) -> (field: String, fileName: String?, body: [UInt8])? {
+            guard contentType.lowercased().hasPrefix("multipart/form-data"),
+                let boundaryRange = contentType.range(of: "boundary=")
+            else { return nil }
+            let boundary = String(contentType[boundaryRange.upperBound...]).trimmingCharacters(
+                in: .init(charactersIn: "\"")
+            )
+            let opening = Array("--\(boundary)\r\n".utf8)
+            let closing = Array("\r\n--\(boundary)--\r\n".utf8)
+            guard body.starts(with: opening), body.count >= opening.count + closing.count,
+                Array(body.suffix(closing.count)) == closing
+            else { return nil }
+            let separator = Array("\r\n\r\n".utf8)
+            let inner = Array(body[opening.count..<(body.count - closing.count)])
+            guard
+                let split = (0...(inner.count - separator.count)).first(where: {
+                    inner[$0..<$0 + separator.count].elementsEqual(separator)
+                })
+            else { return nil }
+            let partHeaders = String(decoding: inner[..<split], as: UTF8.self)
+            func parameter(_ name: String) -> String? {
+                guard let range = partHeaders.range(of: "\(name)=\"") else { return nil }
+                let rest = partHeaders[range.upperBound...]
+                return rest.firstIndex(of: "\"").map { String(rest[..<$0]) }
+            }
+            guard let field = parameter(" name") ?? parameter(";name") else { return nil }
+            return (field, parameter("filename"), Array(inner[(split + separator.count)...]))
         }
 
         func channelInactive(context: ChannelHandlerContext) {
@@ -259,7 +426,7 @@ public final class FaultInjectingServer: Sendable {
                 let key = String(path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0])
                 let count = state.requestCounts[key, default: 0]
                 state.requestCounts[key] = count + 1
-                let resource = state.resources[key]
+                let resource = state.resources[key] ?? state.uploads[key].map { Resource(body: $0.body) }
                 let fault = resource.flatMap { count < $0.faults.count ? $0.faults[count] : nil }
                 return (resource, fault)
             }

@@ -46,29 +46,41 @@ struct HTTPTransport: Sendable {
     }
 
     /// Sends a GET, follows redirects, and returns the final response once its head has arrived.
+    func get(_ url: URL, headers: [(name: String, value: String)]) async throws -> HTTPClientResponse {
+        try await self.send(.GET, url, headers: headers, body: nil)
+    }
+
+    /// Sends a request, follows redirects, and returns the final response once its head has arrived.
     ///
     /// Redirects (301, 302, 303, 307, 308 with a `Location`) are followed up to ``maximumRedirects``; a loop fails at
-    /// once. Only http and https targets are followed, and https to http only when allowed. Once a redirect leaves the
-    /// origin (scheme, host and port) for a host that is not trusted, the secret headers are dropped for the rest of
-    /// the chain.
-    func get(_ url: URL, headers: [(name: String, value: String)]) async throws -> HTTPClientResponse {
+    /// once. A method other than GET follows only 307 and 308, which keep the method and the body (`body` makes a
+    /// fresh body for each hop); the other redirects come back to the caller as they are. Only http and https
+    /// targets are followed, and https to http only when allowed. Once a redirect leaves the origin (scheme, host and
+    /// port) for a host that is not trusted, the secret headers are dropped for the rest of the chain.
+    func send(
+        _ method: HTTPMethod,
+        _ url: URL,
+        headers: [(name: String, value: String)],
+        body: (@Sendable () throws -> HTTPClientRequest.Body)?
+    ) async throws -> HTTPClientResponse {
         try Self.checkScheme(of: url, redirected: false)
+        let followed: Set<UInt> = method == .GET ? [301, 302, 303, 307, 308] : [307, 308]
         var current = url
         var headers = headers
         var visited: Set<String> = [url.absoluteString]
         var redirects = 0
         while true {
             var request = HTTPClientRequest(url: current.absoluteString)
-            request.method = .GET
+            request.method = method
             for (name, value) in headers { request.headers.add(name: name, value: value) }
+            if let body { request.body = try body() }
             let response: HTTPClientResponse
             do {
                 response = try await self.client.execute(request, deadline: .now() + self.headDeadline)
             } catch {
                 throw Self.haulError(for: error, url: current, receivedBody: false)
             }
-            guard [301, 302, 303, 307, 308].contains(response.status.code),
-                let location = response.headers.first(name: "location")
+            guard followed.contains(response.status.code), let location = response.headers.first(name: "location")
             else { return response }
 
             let hop = try self.nextHop(
@@ -83,6 +95,31 @@ struct HTTPTransport: Sendable {
             redirects += 1
             current = target
         }
+    }
+
+    /// Reads up to `limit` bytes of a response body that is not a file (an error page, an upload's answer) and
+    /// drops the rest, so that the connection can serve the next request. Returns what it read as text.
+    static func drain(_ response: HTTPClientResponse, keeping limit: Int = 1024) async -> String {
+        var kept: [UInt8] = []
+        do {
+            for try await chunk in response.body where kept.count < limit {
+                kept += chunk.readableBytesView.prefix(limit - kept.count)
+            }
+        } catch {}
+        return String(decoding: kept, as: UTF8.self)
+    }
+
+    /// The error for a response whose status is not a success, with the server's `Retry-After` and, when it sent
+    /// one, the start of its explanation.
+    static func statusError(_ response: HTTPClientResponse, body: String?) -> HaulError {
+        let status = Int(response.status.code)
+        var message = "The server answered \(status) \(response.status.reasonPhrase)"
+        let detail = (body ?? "").split(whereSeparator: \.isNewline).first.map { String($0.prefix(200)) } ?? ""
+        let isText = response.headers.first(name: "content-type").map { $0.hasPrefix("text/plain") } ?? false
+        if isText, !detail.trimmingCharacters(in: .whitespaces).isEmpty { message += ": \(detail)" }
+        var error = HaulError(.httpStatus, message, httpStatus: status)
+        error.retryAfter = response.headers.first(name: "retry-after").flatMap { RetryAfter.delay($0, now: Date()) }
+        return error
     }
 
     /// Where a redirect leads, and whether the secret headers must be dropped on the way; throws when it must not
@@ -125,7 +162,7 @@ struct HTTPTransport: Sendable {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
             throw HaulError(
                 redirected ? .redirectRefused : .invalidRequest,
-                "Only http and https URLs can be downloaded: \(url.absoluteString)"
+                "Only http and https URLs are supported: \(url.absoluteString)"
             )
         }
         guard let host = url.host, !host.isEmpty else {
@@ -166,7 +203,7 @@ struct HTTPTransport: Sendable {
             case .invalidURL, .emptyHost, .emptyScheme:
                 return HaulError(
                     .invalidRequest,
-                    "Not a URL Haul can download: \(url.absoluteString)",
+                    "Not a URL Haul can use: \(url.absoluteString)",
                     underlying: error
                 )
             default:

@@ -11,7 +11,7 @@ import Darwin
 struct Persisted: Sendable {
     var row: TransferRow
     /// The finished file, when the store says the transfer completed and the file is still there, unchanged
-    /// (same size and modification time).
+    /// (same size and modification time): a downloaded file, or an uploaded file that has not changed since.
     var completedFile: CompletedFile?
     /// The size of the partial file on disk: the truth for where a download resumes.
     var partialBytes: Int64
@@ -22,7 +22,9 @@ struct Persisted: Sendable {
     /// destination (a caller-chosen identifier reused).
     static func lookUp(_ request: TransferRequest, in store: TransferStore) -> Persisted? {
         guard let row = try? store.row(request.id), row.url == request.url.absoluteString,
-            row.destinationPath == request.destination.storedPath
+            row.destinationPath == request.destination.storedPath,
+            (try? JSONDecoder().decode(StoredOperation.self, from: Data(row.operation.utf8)))
+                == StoredOperation(request.operation)
         else { return nil }
         var completed: CompletedFile?
         if row.state == TransferState.completed.description, let finalPath = row.finalPath,
@@ -50,7 +52,7 @@ struct Persisted: Sendable {
         }
         // Killed between the rename and the record of completion: the partial file is gone, and the file the
         // store says it was being published to is there with its size.
-        if completed == nil, row.state != TransferState.completed.description, !partExists,
+        if completed == nil, request.isDownload, row.state != TransferState.completed.description, !partExists,
             let finalPath = row.finalPath,
             let (size, modified) = Self.sizeAndModification(finalPath), size == row.finalSize
         {

@@ -35,12 +35,80 @@ struct TransferRow: Codable, Sendable, FetchableRecord {
     /// The manager that may write this row and download the file now, and until when (seconds since 1970).
     var leaseOwner: String? = nil
     var leaseExpires: Double? = nil
+    /// JSON of ``StoredOperation``: what the transfer does.
+    var operation: String = #"{"kind":"download"}"#
+}
+
+/// A transfer's ``TransferRequest/Operation`` as the store records it. In-memory data is not stored (only that there
+/// was some), so such an upload cannot be continued by another process.
+struct StoredOperation: Codable, Hashable, Sendable {
+    var kind: String
+    var sourcePath: String?
+    var field: String?
+    var contentType: String?
+    var fileName: String?
+    var treatsNotFoundAsSuccess: Bool?
+
+    init(_ operation: TransferRequest.Operation) {
+        switch operation {
+        case .download:
+            self.kind = "download"
+        case .upload(let upload):
+            if case .file(let url) = upload.source {
+                self.kind = "upload"
+                self.sourcePath = url.path
+            } else {
+                self.kind = "uploadData"
+            }
+            self.field = upload.method.multipartField
+            self.contentType = upload.contentType
+            self.fileName = upload.fileName
+        case .delete(let deletion):
+            self.kind = "delete"
+            self.treatsNotFoundAsSuccess = deletion.treatsNotFoundAsSuccess
+        }
+    }
+
+    /// The operation, or `nil` for an upload of in-memory data (gone with the process that had it).
+    var operation: TransferRequest.Operation? {
+        switch self.kind {
+        case "upload":
+            guard let sourcePath = self.sourcePath else { return nil }
+            let source = URL(filePath: sourcePath)
+            return .upload(
+                TransferRequest.Upload(
+                    source: .file(source),
+                    method: self.field.map { .multipart(field: $0) } ?? .put,
+                    contentType: self.contentType,
+                    fileName: self.fileName ?? source.lastPathComponent
+                )
+            )
+        case "delete":
+            return .delete(TransferRequest.Deletion(treatsNotFoundAsSuccess: self.treatsNotFoundAsSuccess ?? false))
+        case "download":
+            return .download
+        default:
+            return nil
+        }
+    }
+
+    /// A short name for listings: `get`, `put`, `post` or `rm`.
+    var verb: String {
+        switch self.kind {
+        case "upload", "uploadData": self.field == nil ? "put" : "post"
+        case "delete": "rm"
+        default: "get"
+        }
+    }
 }
 
 extension TransferRow {
     /// The request this row records (without the secret headers, which are never stored).
     var request: TransferRequest? {
-        guard let url = URL(string: self.url) else { return nil }
+        guard let url = URL(string: self.url),
+            let stored = try? JSONDecoder().decode(StoredOperation.self, from: Data(self.operation.utf8)),
+            let operation = stored.operation
+        else { return nil }
         let path = URL(
             filePath: self.destinationPath,
             directoryHint: self.destinationKind == "file" ? .notDirectory : .isDirectory
@@ -55,7 +123,8 @@ extension TransferRow {
             checksum: self.checksum.flatMap(Checksum.init(parsing:)),
             headers: headers,
             conflictPolicy: ConflictPolicy(name: self.conflictPolicy),
-            computesSHA256: self.computesSHA256
+            computesSHA256: self.computesSHA256,
+            operation: operation
         )
     }
 }
@@ -87,18 +156,18 @@ enum StoreOperation: Sendable {
                 sql: """
                     INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
                         usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-                        bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+                        bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
                     ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
                         checksum = excluded.checksum, expectedSize = excluded.expectedSize,
-                        errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = excluded.updatedAt
+                        operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = excluded.updatedAt
                     WHERE \(mine)
                     """,
                 arguments: [
                     row.id, row.url, row.destinationKind, row.destinationPath, row.folder, row.nameComponents,
                     row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
                     row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
-                    owner, now,
+                    row.operation, owner, now,
                 ]
             )
             try db.executeCached(

@@ -84,6 +84,12 @@ public final class TransferStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("v3: uploads and deletions") { db in
+            // JSON: {"kind":"download"}, or an upload's source and method, or a deletion's options.
+            try db.execute(
+                sql: #"ALTER TABLE transfer ADD COLUMN operation TEXT NOT NULL DEFAULT '{"kind":"download"}'"#
+            )
+        }
         return migrator
     }
 

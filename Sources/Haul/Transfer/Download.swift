@@ -38,8 +38,11 @@ extension Download {
     }
 
     /// Everything one attempt needs, taken from the manager's record when the attempt starts.
+    ///
+    /// Uploads and deletions use it too, with the fields that concern them (URL, headers, progress, bandwidth, hooks).
     struct Plan: Sendable {
         var id: TransferID
+        var operation: TransferRequest.Operation
         var url: URL
         var headers: [(name: String, value: String)]
         /// The folder nothing may be written outside of.
@@ -95,8 +98,16 @@ extension Download {
 
     /// Runs one attempt to completion, failure or stop; never throws.
     static func run(_ plan: Plan, transport: HTTPTransport, observer: some Observer) async -> AttemptOutcome {
+        await self.outcome {
+            try await self.attempt(plan, transport: transport, observer: observer, mayRestart: true)
+        }
+    }
+
+    /// The outcome of an attempt of any kind: what it returned, or its error as a failure, or `stopped` when its
+    /// task was cancelled (a pause or a cancel).
+    static func outcome(_ attempt: () async throws -> AttemptOutcome) async -> AttemptOutcome {
         do {
-            return try await self.attempt(plan, transport: transport, observer: observer, mayRestart: true)
+            return try await attempt()
         } catch is CancellationError {
             return .stopped
         } catch let error as HaulError {
@@ -201,13 +212,7 @@ extension Download {
                 expectedBytes = length
             }
         default:
-            var error = HaulError(
-                .httpStatus,
-                "The server answered \(status) \(response.status.reasonPhrase)",
-                httpStatus: status
-            )
-            error.retryAfter = response.headers.first(name: "retry-after").flatMap { RetryAfter.delay($0, now: Date()) }
-            throw error
+            throw HTTPTransport.statusError(response, body: nil)
         }
         validator.completeLength = expectedBytes
         if let maximum = plan.maximumFileSize, let announced = expectedBytes, announced > maximum {
