@@ -12,7 +12,7 @@ struct Resume: AsyncParsableCommand {
             """
     )
 
-    @Option(name: [.customShort("j"), .long], help: "How many files download at once.")
+    @Option(name: [.customShort("j"), .long], help: "How many transfers run at once.")
     var maxConcurrent: Int = 4
 
     @Flag(name: .long, help: "Print one JSON event per line on standard output.")

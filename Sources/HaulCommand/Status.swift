@@ -100,6 +100,7 @@ enum StatusRendering {
     static func transferObject(_ transfer: StoredTransfer) -> [String: JSONValue] {
         var object: [String: JSONValue] = [
             "id": .string(transfer.id.rawValue), "url": .string(transfer.url.absoluteString),
+            "operation": .string(transfer.operation),
             "state": .string(transfer.state), "bytes": .int(Int(transfer.bytesOnDisk)),
             "attempts": .int(transfer.attempts),
         ]
@@ -120,7 +121,7 @@ enum StatusRendering {
                 transfer.totalBytes.map { "\(Formatting.bytes(transfer.bytesOnDisk)) of \(Formatting.bytes($0))" }
                 ?? Formatting.bytes(transfer.bytesOnDisk)
             var line =
-                "\(transfer.state.padding(toLength: 14, withPad: " ", startingAt: 0)) \(size)  \(transfer.url.absoluteString)"
+                "\(transfer.state.padding(toLength: 14, withPad: " ", startingAt: 0)) \(transfer.operation.padding(toLength: 4, withPad: " ", startingAt: 0)) \(size)  \(transfer.url.absoluteString)"
             if let message = transfer.errorMessage, transfer.state == "failed" { line += "  (\(message))" }
             return line
         }

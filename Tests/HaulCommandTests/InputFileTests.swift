@@ -78,12 +78,12 @@ struct GetArgumentTests {
                 "--json", "--retries", "2", "--timeout", "1.5",
             ]) as? Get
         )
-        #expect(command.retries == 2)
-        #expect(command.timeout == 1.5)
-        #expect(command.maxConcurrent == 8)
-        #expect(command.maxPerHost == 2)
+        #expect(command.options.retries == 2)
+        #expect(command.options.timeout == 1.5)
+        #expect(command.options.maxConcurrent == 8)
+        #expect(command.options.maxPerHost == 2)
         #expect(command.output == "x.bin")
-        #expect(command.json)
+        #expect(command.options.json)
     }
 
     @Test(arguments: [

@@ -73,4 +73,41 @@ struct NginxTests {
             }
         }
     }
+
+    static let webDAV = "dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0;"
+
+    @Test func uploadsFiftyFilesOfMixedSizesToWebDAVThenDeletesThemAndReportsExactlyTheMissingOnes() async throws {
+        try await NginxServer.withServer(extraLocationConfig: Self.webDAV) { nginx in
+            try await withTemporaryDirectory { folder in
+                let sizes = (0..<50).map { [0, 1, 1_000, 65_536, 262_145, 1_048_576, 2_500_000][$0 % 7] + $0 }
+                var files: [URL] = []
+                for (index, size) in sizes.enumerated() {
+                    let file = folder.appending(path: "u\(index).bin")
+                    try Data(FaultInjectingServer.body(size: size, seed: UInt64(index + 100))).write(to: file)
+                    files.append(file)
+                }
+                let uploaded = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.enqueue(
+                        files.enumerated().map { .upload(file: $1, to: nginx.url("/incoming/sub/u\($0).bin")) }
+                    ).report()
+                }
+                #expect(uploaded.isSuccess)
+                #expect(uploaded.completed.count == 50)
+                for (index, size) in sizes.enumerated() {
+                    let onServer = contents(of: nginx.root.appending(path: "incoming/sub/u\(index).bin"))
+                    #expect(onServer == FaultInjectingServer.body(size: size, seed: UInt64(index + 100)), "u\(index)")
+                }
+
+                let targets = (0..<50).map { nginx.url("/incoming/sub/u\($0).bin") }
+                let missing = (0..<5).map { nginx.url("/incoming/sub/never\($0).bin") }
+                let deleted = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.enqueue((targets + missing).map { .delete($0) }).report()
+                }
+                #expect(deleted.completed.count == 50)
+                #expect(deleted.failed.map(\.item.url) == missing)
+                #expect(deleted.failed.allSatisfy { $0.error.code == .notFound })
+                #expect(names(in: nginx.root.appending(path: "incoming/sub")) == [])
+            }
+        }
+    }
 }

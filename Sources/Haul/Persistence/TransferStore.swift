@@ -293,7 +293,7 @@ public struct StoredTransfer: Sendable, Hashable {
     public var totalBytes: Int64?
     /// Requests made for it.
     public var attempts: Int
-    /// Where the finished file is.
+    /// Where the finished file is (for an upload, the file that was sent).
     public var finalPath: URL?
     /// Its SHA-256, when computed.
     public var sha256: String?
@@ -303,6 +303,8 @@ public struct StoredTransfer: Sendable, Hashable {
     public var errorMessage: String?
     /// The HTTP status of the failure, if a server answered.
     public var httpStatus: Int?
+    /// What the transfer does, as the command line names it: `get`, `put`, `post` (a multipart upload) or `rm`.
+    public var operation: String
 
     init(_ row: TransferRow) {
         self.id = TransferID(row.id)
@@ -316,5 +318,7 @@ public struct StoredTransfer: Sendable, Hashable {
         self.errorCode = row.errorCode
         self.errorMessage = row.errorMessage
         self.httpStatus = row.httpStatus
+        self.operation =
+            (try? JSONDecoder().decode(StoredOperation.self, from: Data(row.operation.utf8)))?.verb ?? "get"
     }
 }

@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import Haul
 
@@ -189,5 +190,37 @@ enum InputLines {
         case .buffered(let lines):
             for line in lines { try body(line) }
         }
+    }
+}
+
+extension InputLines {
+    /// Opens an input file (or `-`) and checks every line first, so that a bad line transfers nothing: on an error
+    /// it prints `haul: FILE: line N: ...` and exits 64. `check` may refuse an item (an option the command does not
+    /// take) with a message.
+    static func openChecked(_ path: String, check: (InputItem) -> String? = { _ in nil }) throws -> InputLines {
+        do {
+            let lines = try InputLines.open(path)
+            var parser = InputFileParser()
+            func checked(_ item: InputItem) throws(InputFileError) {
+                if let message = check(item) { throw InputFileError(lineNumber: item.lineNumber, message: message) }
+            }
+            try lines.forEach { line in
+                if let item = try parser.feed(line) { try checked(item) }
+            }
+            if let item = parser.finish() { try checked(item) }
+            return lines
+        } catch let error as InputFileError {
+            Get.printError("haul: \(path): \(error.lineNumber > 0 ? "\(error)" : error.message)")
+            throw ExitCode(64)
+        }
+    }
+
+    /// Calls `body` with each item of the input, read again as a stream.
+    func forEachItem(_ body: (InputItem) throws -> Void) throws {
+        var parser = InputFileParser()
+        try self.forEach { line in
+            if let item = try parser.feed(line) { try body(item) }
+        }
+        if let item = parser.finish() { try body(item) }
     }
 }

@@ -1,0 +1,70 @@
+import ArgumentParser
+import Foundation
+import Haul
+
+struct Remove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rm",
+        abstract: "Delete remote files, several at a time.",
+        discussion: """
+            Sends DELETE to each URL. 200, 202 and 204 succeed; 404 fails the item as not found unless --missing-ok;
+            other statuses fail it with the status; only transient failures (503, 429, timeouts, resets) are retried.
+            URLs come from the command line and from an input file (-i FILE, - for standard input) in aria2c's
+            format, where the only option is header=Name: value.
+
+            Exit codes: 0 every file deleted; 1 at least one failed or was cancelled; 64 bad usage or invalid input
+            (nothing was deleted); 130 interrupted by SIGINT or SIGTERM.
+            """
+    )
+
+    @Argument(help: "The URLs to delete (http or https).")
+    var urls: [String] = []
+
+    @Option(
+        name: [.customShort("i"), .long],
+        help: "Read URLs (and header= options) from FILE (- for standard input)."
+    )
+    var inputFile: String?
+
+    @Flag(name: .long, help: "Count 404 Not Found as success (the file is gone either way).")
+    var missingOK = false
+
+    @OptionGroup var options: TransferOptions
+
+    @OptionGroup var state: StateOptions
+
+    func validate() throws {
+        guard !self.urls.isEmpty || self.inputFile != nil else {
+            throw ValidationError("Give at least one URL, or an input file with -i.")
+        }
+        for (index, url) in self.urls.enumerated() {
+            do {
+                _ = try InputFileParser.url(url, lineNumber: index + 1)
+            } catch {
+                throw ValidationError("Argument \(index + 1): \(error.message)")
+            }
+        }
+    }
+
+    func run() async throws {
+        let input = try self.inputFile.map {
+            try InputLines.openChecked($0) { item in
+                item.outputName != nil || item.directory != nil || item.checksum != nil
+                    ? "haul rm takes only header= options" : nil
+            }
+        }
+        let headers = self.options.parsedHeaders
+        let missingOK = self.missingOK
+        func request(_ url: URL, _ extra: [(name: String, value: String)] = []) -> TransferRequest {
+            .delete(url, headers: headers + extra, treatsNotFoundAsSuccess: missingOK)
+        }
+        let requests = self.urls.map { request(URL(string: $0.trimmingCharacters(in: .whitespaces))!) }
+        let configuration = self.options.configuration(store: try self.state.openStore())
+        try await BatchRunner.run(configuration: configuration, options: self.options) { batch in
+            for request in requests { try batch.add(request) }
+            try input?.forEachItem { item in
+                try batch.add(request(item.url, item.headers.map { ($0.name, $0.value) }))
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+import ArgumentParser
+import Foundation
+import Haul
+
+/// The options every transferring command (`get`, `put`, `rm`) shares: limits, retries, timeouts, headers, output.
+struct TransferOptions: ParsableArguments {
+    @Option(name: [.customShort("j"), .long], help: "How many transfers run at once.")
+    var maxConcurrent: Int = 4
+
+    @Option(name: .long, help: "How many transfers run at once with one host.")
+    var maxPerHost: Int = 6
+
+    @Option(name: .long, help: "How many times a failed transfer is tried again (transient failures only; 0 = never).")
+    var retries: Int = 4
+
+    @Option(name: .long, help: "A bandwidth cap over all transfers, in bytes per second: 500K, 2M, 1.5G.")
+    var limitRate: String?
+
+    @Option(name: .long, help: "Seconds without progress before an attempt fails (it is retried).")
+    var timeout: Double = 60
+
+    @Option(
+        name: [.customShort("H"), .customLong("header")],
+        help: "An extra request header, 'Name: value' (repeatable)."
+    )
+    var headers: [String] = []
+
+    @Flag(name: .long, help: "Print one JSON event per line on standard output (human messages go to standard error).")
+    var json = false
+
+    @Flag(name: [.customShort("q"), .long], help: "Print only failures.")
+    var quiet = false
+
+    func validate() throws {
+        guard (1...256).contains(self.maxConcurrent) else {
+            throw ValidationError("--max-concurrent must be between 1 and 256.")
+        }
+        guard (1...256).contains(self.maxPerHost) else {
+            throw ValidationError("--max-per-host must be between 1 and 256.")
+        }
+        guard (0...100).contains(self.retries) else { throw ValidationError("--retries must be between 0 and 100.") }
+        guard self.timeout > 0, self.timeout <= 86_400 else {
+            throw ValidationError("--timeout must be more than 0 and at most 86400 seconds.")
+        }
+        if let rate = self.limitRate, Rate.parse(rate) == nil {
+            throw ValidationError("--limit-rate takes a rate like 500K, 2M or 1.5G (bytes per second).")
+        }
+        for header in self.headers where HTTPHeaderLine(parsing: header) == nil {
+            throw ValidationError("-H/--header takes 'Name: value', got '\(header)'.")
+        }
+        if self.json && self.quiet { throw ValidationError("--json and --quiet cannot be used together.") }
+    }
+
+    var parsedHeaders: [(name: String, value: String)] {
+        self.headers.compactMap(HTTPHeaderLine.init(parsing:)).map { ($0.name, $0.value) }
+    }
+
+    var mode: EventRenderer.Mode {
+        self.json ? .json : (self.quiet ? .quiet : .plain(progressEvery: .seconds(2)))
+    }
+
+    /// The manager's configuration for these options.
+    func configuration(store: TransferStore?) -> TransferManager.Configuration {
+        var configuration = TransferManager.Configuration()
+        configuration.store = store
+        configuration.maximumConcurrentTransfers = self.maxConcurrent
+        configuration.maximumTransfersPerHost = self.maxPerHost
+        configuration.retryPolicy.maximumAttempts = self.retries + 1
+        configuration.bandwidthLimit = self.limitRate.flatMap(Rate.parse)
+        configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
+        return configuration
+    }
+}
+
+/// Runs one batch the way every transferring command does: events printed as the options ask, SIGINT and SIGTERM
+/// stop cleanly (partial state kept, exit 130), a summary at the end, exit 1 when an item did not succeed.
+enum BatchRunner {
+    static func run(
+        configuration: TransferManager.Configuration,
+        options: TransferOptions,
+        fill: (Batch) throws -> Void
+    ) async throws {
+        let mode = options.mode
+        let started = ContinuousClock.now
+        let (report, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) {
+            manager in
+            let batch = try manager.makeBatch()
+            let events = batch.events
+            // Ctrl-C or SIGTERM: stop every transfer, keep the partial files and the state, exit 130; rerunning resumes.
+            let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
+            defer { interruption.stop() }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await EventPrinter.print(events, mode: mode) }
+                try fill(batch)
+                batch.seal()
+                try await group.waitForAll()
+            }
+            return (await batch.report(), interruption.hasFired)
+        }
+        Summary.print(report, elapsed: .now - started, json: options.json, quiet: options.quiet)
+        if interrupted { throw ExitCode(130) }
+        if !report.isSuccess { throw ExitCode(1) }
+    }
+}
