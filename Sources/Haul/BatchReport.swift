@@ -1,10 +1,12 @@
 import Foundation
 
-/// A file that was downloaded, verified and published.
+/// A file that was downloaded, verified and published; or, for an upload, the file that was sent; or, for a deletion,
+/// the URL that was deleted.
 public struct CompletedFile: Hashable, Sendable {
-    /// Where the file is now.
+    /// Where the file is now (a download); the file that was sent (an upload of a file); the URL (a deletion, or an
+    /// upload of in-memory data).
     public var path: URL
-    /// Its size in bytes.
+    /// Its size in bytes (0 for a deletion).
     public var byteCount: Int64
     /// Its SHA-256 in lower-case hex, when a SHA-256 checksum was given or hashing was asked for.
     public var sha256: String?

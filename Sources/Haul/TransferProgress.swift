@@ -1,6 +1,7 @@
 /// How far one transfer has come.
 public struct TransferProgress: Hashable, Sendable {
-    /// Bytes of the file on disk so far (including bytes from before a resume).
+    /// Bytes of the file on disk so far (including bytes from before a resume); for an upload, bytes sent so far
+    /// (the most any attempt sent: it never goes backwards).
     public var receivedBytes: Int64
     /// The file's size, once the server has said it (or the request gave it); `nil` while unknown.
     public var expectedBytes: Int64?
