@@ -20,8 +20,8 @@ extension TransferRequest {
         public enum Source: Sendable, Hashable {
             /// A local file, streamed from disk in 256 KiB reads (constant memory whatever its size).
             case file(URL)
-            /// Bytes in memory (an app's generated image, say). Not kept in the store: a later process cannot
-            /// continue such an upload, and reports it failed.
+            /// Bytes in memory (an app's generated image, say). The bytes are not kept in the store, so a later
+            /// process cannot continue such an upload: ``TransferManager/resumeStoredBatch(_:)`` leaves it out.
             case data(Data)
         }
 
