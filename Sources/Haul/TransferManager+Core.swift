@@ -313,6 +313,7 @@ extension TransferManager {
                 progress: self.progressCells[id] ?? ProgressCell(record.receivedBytes),
                 maximumFileSize: self.configuration.maximumFileSize,
                 lowSpeedLimit: self.configuration.lowSpeedLimit,
+                idleTimeout: self.configuration.idleTimeout,
                 bandwidth: self.bandwidth,
                 hooks: self.configuration.hooks,
                 attempt: record.machine.attempts

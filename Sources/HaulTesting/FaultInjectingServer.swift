@@ -35,7 +35,8 @@ public final class FaultInjectingServer: Sendable {
         case wrongCompleteLength(by: Int)
         /// Answer a range request with 206 but a different ETag (new content, `If-Range` ignored).
         case changeETag
-        /// Send this many body bytes, then nothing more, keeping the connection open.
+        /// Send this many body bytes, then nothing more, keeping the connection open. For an upload: stop reading
+        /// the request body after this many bytes, keeping the connection open.
         case stall(afterBytes: Int)
         /// Answer with a redirect to this location (absolute or relative).
         case redirect(status: Int, location: String)
@@ -188,8 +189,9 @@ public final class FaultInjectingServer: Sendable {
     }
 
     /// Faults for successive `PUT`, `POST` and `DELETE` requests to `path`: ``Fault/status(_:)``,
-    /// ``Fault/retryAfter(status:value:)``, or ``Fault/closeConnection(afterBytes:)`` (closes after receiving that
-    /// many body bytes, without answering); `nil` entries answer correctly.
+    /// ``Fault/retryAfter(status:value:)``, ``Fault/closeConnection(afterBytes:)`` (closes after receiving that
+    /// many body bytes, without answering) or ``Fault/stall(afterBytes:)`` (stops reading the body); `nil` entries
+    /// answer correctly.
     public func setUploadFaults(_ faults: [Fault?], at path: String) {
         self.state.withLockedValue { $0.uploadFaults[path] = faults }
     }
@@ -277,6 +279,10 @@ public final class FaultInjectingServer: Sendable {
                     self.upload = nil
                     self.head = nil
                     context.close(promise: nil)
+                }
+                if case .stall(let afterBytes) = upload.fault, count >= afterBytes {
+                    // Read nothing more: the client's socket buffers fill and its writes stop.
+                    context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
                 }
             case .end:
                 guard let head = self.head else { return }

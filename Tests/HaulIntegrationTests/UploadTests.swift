@@ -255,4 +255,30 @@ struct UploadTests {
             }
         }
     }
+
+    @Test func anUploadTheServerStopsReadingFailsAfterTheIdleTimeoutThoughALongerUploadMayTakeLonger() async throws {
+        try await FaultInjectingServer.withServer { server in
+            try await withTemporaryDirectory { folder in
+                let files = try Self.makeFiles([40_000_000, 3_000_000], in: folder)
+                server.setUploadFaults([.stall(afterBytes: 1_000_000)], at: "/stalled")
+                var configuration = TransferManager.Configuration.testing()
+                configuration.idleTimeout = .milliseconds(500)
+                configuration.connectTimeout = .milliseconds(200)
+                configuration.retryPolicy.maximumAttempts = 1
+                // 3 MB at 1.5 MB/s: two seconds, longer than the connect and idle timeouts together.
+                configuration.bandwidthLimit = 1_500_000
+                let started = ContinuousClock.now
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.enqueue([
+                        .upload(file: files[0].url, to: server.url("/stalled"), id: "stalled"),
+                        .upload(file: files[1].url, to: server.url("/slow"), id: "slow"),
+                    ]).report()
+                }
+                #expect(report.errors["stalled"]?.code == .timedOut)
+                #expect(report.completed.map(\.item.id) == ["slow"])
+                #expect(server.uploads["/slow"]?.body == files[1].bytes)
+                #expect(ContinuousClock.now - started < .seconds(60))
+            }
+        }
+    }
 }

@@ -25,7 +25,7 @@ struct HTTPTransport: Sendable {
 
     /// Makes the shared client for a manager's configuration: HTTP/1.1 (faster than HTTP/2 for bulk data here),
     /// no decompression (files are stored as sent), the idle timeout as the read timeout (it catches stalled
-    /// bodies, which a request deadline does not), no silent connection retries (Haul decides about retries), and
+    /// bodies, which a request deadline does not; a server that stops taking an upload is caught by ``UploadBody``), no silent connection retries (Haul decides about retries), and
     /// no redirects (Haul follows them itself, to decide which headers may follow).
     static func makeClient(_ configuration: TransferManager.Configuration) -> HTTPClient {
         var clientConfiguration = HTTPClient.Configuration(
@@ -75,8 +75,11 @@ struct HTTPTransport: Sendable {
             for (name, value) in headers { request.headers.add(name: name, value: value) }
             if let body { request.body = try body() }
             let response: HTTPClientResponse
+            // The head deadline covers connecting, sending and waiting; an upload's body may take any time to send,
+            // so with a body only the idle timeouts apply (the upload's own while sending, then the read timeout).
+            let deadline: NIODeadline = body == nil ? .now() + self.headDeadline : .distantFuture
             do {
-                response = try await self.client.execute(request, deadline: .now() + self.headDeadline)
+                response = try await self.client.execute(request, deadline: deadline)
             } catch {
                 throw Self.haulError(for: error, url: current, receivedBody: false)
             }

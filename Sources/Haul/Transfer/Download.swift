@@ -62,6 +62,8 @@ extension Download {
         var progress: ProgressCell
         var maximumFileSize: Int64?
         var lowSpeedLimit: TransferManager.LowSpeedLimit?
+        /// How long a transfer may make no progress before the attempt fails.
+        var idleTimeout: Duration
         /// The manager's bandwidth limit, shared by all its transfers.
         var bandwidth: BandwidthLimiter
         /// The caller's hooks, and which attempt this is (from 1), for them.

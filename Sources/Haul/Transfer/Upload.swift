@@ -63,12 +63,25 @@ enum Upload {
         }
         let body = UploadBody(parts: parts, progress: plan.progress, base: base, bandwidth: plan.bandwidth)
         let length = body.length
-        let response = try await transport.send(
-            upload.method.multipartField == nil ? .PUT : .POST,
-            url,
-            headers: headers,
-            body: { .stream(body, length: .known(length)) }
-        )
+        let method: HTTPMethod = upload.method.multipartField == nil ? .PUT : .POST
+        let (requestURL, requestHeaders, idle) = (url, headers, plan.idleTimeout)
+        let response = try await withThrowingTaskGroup(of: HTTPClientResponse?.self) { group in
+            group.addTask {
+                try await transport.send(
+                    method,
+                    requestURL,
+                    headers: requestHeaders,
+                    body: { .stream(body, length: .known(length)) }
+                )
+            }
+            group.addTask {
+                try await body.watch.failWhenStalled(idle: idle)
+                return nil
+            }
+            let first = try await group.next()!
+            group.cancelAll()
+            return first!
+        }
         let status = Int(response.status.code)
         let answer = await HTTPTransport.drain(response)
         guard (200...299).contains(status) else {

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// The body of an upload as an asynchronous sequence of buffers of at most 256 KiB, read from disk (or memory) only
@@ -19,6 +20,10 @@ struct UploadBody: AsyncSequence, Sendable {
         /// Part of the payload, from memory.
         case data(Data)
 
+        var isFraming: Bool {
+            if case .framing = self { true } else { false }
+        }
+
         var byteCount: Int64 {
             switch self {
             case .framing(let bytes): Int64(bytes.count)
@@ -34,6 +39,7 @@ struct UploadBody: AsyncSequence, Sendable {
     let progress: ProgressCell
     let base: Int64
     let bandwidth: BandwidthLimiter
+    let watch = StallWatch()
 
     /// The body's length in bytes, framing included.
     var length: Int64 { self.parts.reduce(0) { $0 + $1.byteCount } }
@@ -52,6 +58,7 @@ struct UploadBody: AsyncSequence, Sendable {
         init(body: UploadBody) { self.body = body }
 
         mutating func next() async throws -> ByteBuffer? {
+            self.body.watch.producing()
             while self.partIndex < self.body.parts.count {
                 let part = self.body.parts[self.partIndex]
                 let remaining = part.byteCount - self.offset
@@ -76,13 +83,37 @@ struct UploadBody: AsyncSequence, Sendable {
                     }
                 }
                 self.offset += Int64(buffer.readableBytes)
-                if case .framing = part { return buffer }
-                self.sentPayload += Int64(buffer.readableBytes)
-                self.body.progress.store(Swift.max(self.body.base, self.sentPayload))
-                try await self.body.bandwidth.consume(buffer.readableBytes)
+                if !part.isFraming {
+                    self.sentPayload += Int64(buffer.readableBytes)
+                    self.body.progress.store(Swift.max(self.body.base, self.sentPayload))
+                    try await self.body.bandwidth.consume(buffer.readableBytes)
+                }
+                self.body.watch.handedOver(at: .now)
                 return buffer
             }
+            self.body.watch.finished()
             return nil
+        }
+    }
+
+    /// Tells a server that stopped taking the body (its window closed, nothing read for the idle timeout) from an
+    /// upload that is merely slow because of its own bandwidth limit: only the time between handing a buffer to the
+    /// client and the client asking for the next one counts as waiting for the server.
+    final class StallWatch: Sendable {
+        private let handedOverAt = NIOLockedValueBox<ContinuousClock.Instant?>(nil)
+
+        func producing() { self.handedOverAt.withLockedValue { $0 = nil } }
+        func handedOver(at now: ContinuousClock.Instant) { self.handedOverAt.withLockedValue { $0 = now } }
+        func finished() { self.handedOverAt.withLockedValue { $0 = nil } }
+
+        /// Returns (throws) only when the server has taken nothing for `idle`; runs until cancelled otherwise.
+        func failWhenStalled(idle: Duration) async throws {
+            while true {
+                try await Task.sleep(for: Swift.max(idle / 4, .milliseconds(10)))
+                if let since = self.handedOverAt.withLockedValue({ $0 }), ContinuousClock.now - since > idle {
+                    throw HaulError(.timedOut, "The server took no bytes of the upload for \(idle)")
+                }
+            }
         }
     }
 }
