@@ -7,11 +7,11 @@ struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Download files, several at a time.",
         discussion: """
-            URLs come from the command line and from an input file (-i FILE, or -i - for standard input) in aria2c's
-            format: one URL per line, then indented key=value options for it (out=NAME, dir=DIR,
+            URLs come from the command line and from an input file (-i FILE, or -i - for standard input) in aria2c's \
+            format: one URL per line, then indented key=value options for it (out=NAME, dir=DIR, \
             checksum=sha-256=HEX, header=Name: value). Lines starting with # are comments.
 
-            Exit codes: 0 every item completed (or was skipped); 1 at least one failed or was cancelled; 64 bad usage
+            Exit codes: 0 every item completed (or was skipped); 1 at least one failed or was cancelled; 64 bad usage \
             or invalid input (nothing was downloaded); 130 interrupted by SIGINT or SIGTERM.
             """
     )

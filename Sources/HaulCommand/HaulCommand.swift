@@ -6,7 +6,7 @@ struct HaulCommand: AsyncParsableCommand {
         commandName: "haul",
         abstract: "Move batches of files over HTTP(S).",
         discussion: """
-            Exit codes: 0 every item completed (or was already there and skipped); 1 at least one item failed or was
+            Exit codes: 0 every item completed (or was already there and skipped); 1 at least one item failed or was \
             cancelled; 64 bad usage or invalid input (nothing was transferred); 130 interrupted by SIGINT or SIGTERM.
             """,
         version: "0.1.0",

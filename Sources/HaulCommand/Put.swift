@@ -6,12 +6,12 @@ struct Put: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Upload files, several at a time.",
         discussion: """
-            Each FILE goes to BASE_URL/NAME, NAME being its file name (percent-encoded): with PUT (WebDAV, presigned
-            URLs, most object stores) or, with --method POST, as a multipart/form-data file field. With the state
+            Each FILE goes to BASE_URL/NAME, NAME being its file name (percent-encoded): with PUT (WebDAV, presigned \
+            URLs, most object stores) or, with --method POST, as a multipart/form-data file field. With the state \
             database, a rerun does not send again the files it already uploaded, unless they changed.
 
-            Exit codes: 0 every file uploaded (or was already uploaded and unchanged); 1 at least one failed or was
-            cancelled; 64 bad usage (a missing file, a folder, two files with one name: nothing was sent); 130
+            Exit codes: 0 every file uploaded (or was already uploaded and unchanged); 1 at least one failed or was \
+            cancelled; 64 bad usage (a missing file, a folder, two files with one name: nothing was sent); 130 \
             interrupted by SIGINT or SIGTERM.
             """
     )

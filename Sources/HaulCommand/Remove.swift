@@ -7,12 +7,12 @@ struct Remove: AsyncParsableCommand {
         commandName: "rm",
         abstract: "Delete remote files, several at a time.",
         discussion: """
-            Sends DELETE to each URL. 200, 202 and 204 succeed; 404 fails the item as not found unless --missing-ok;
-            other statuses fail it with the status; only transient failures (503, 429, timeouts, resets) are retried.
-            URLs come from the command line and from an input file (-i FILE, - for standard input) in aria2c's
+            Sends DELETE to each URL. 200, 202 and 204 succeed; 404 fails the item as not found unless --missing-ok; \
+            other statuses fail it with the status; only transient failures (503, 429, timeouts, resets) are retried. \
+            URLs come from the command line and from an input file (-i FILE, - for standard input) in aria2c's \
             format, where the only option is header=Name: value.
 
-            Exit codes: 0 every file deleted; 1 at least one failed or was cancelled; 64 bad usage or invalid input
+            Exit codes: 0 every file deleted; 1 at least one failed or was cancelled; 64 bad usage or invalid input \
             (nothing was deleted); 130 interrupted by SIGINT or SIGTERM.
             """
     )

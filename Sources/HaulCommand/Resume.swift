@@ -6,8 +6,8 @@ struct Resume: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Continue every unfinished batch in the state database.",
         discussion: """
-            Partial files continue with a validated Range request; files already complete are not fetched again.
-            Secret headers (Authorization, Cookie) are never stored, so requests that needed them may now fail.
+            Partial files continue with a validated Range request; files already complete are not fetched again. \
+            Secret headers (Authorization, Cookie) are never stored, so requests that needed them may now fail. \
             Exit codes: 0 every item completed; 1 at least one failed; 64 bad usage; 130 interrupted.
             """
     )
