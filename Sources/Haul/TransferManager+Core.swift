@@ -105,11 +105,21 @@ extension TransferManager {
         var progressCells: [TransferID: ProgressCell] = [:]
         var subscribers: [Int: AsyncStream<TransferEvent>.Continuation] = [:]
         var nextSubscriberID = 0
+        /// Where new observers go to get a delivery task.
+        let deliveries: AsyncStream<ObserverMailbox>.Continuation
+        /// The observers of every transfer, and those of one transfer, by token.
+        var observers = Observers()
         var isShutDown = false
 
-        init(configuration: Configuration, starts: AsyncStream<TransferID>.Continuation, store: StoreWriter?) {
+        init(
+            configuration: Configuration,
+            starts: AsyncStream<TransferID>.Continuation,
+            deliveries: AsyncStream<ObserverMailbox>.Continuation,
+            store: StoreWriter?
+        ) {
             self.configuration = configuration
             self.starts = starts
+            self.deliveries = deliveries
             self.store = store
             self.bandwidth = BandwidthLimiter(bytesPerSecond: configuration.bandwidthLimit)
             self.scheduler = Scheduler.StateMachine(
@@ -674,12 +684,13 @@ extension TransferManager {
             return body(&self.batches[id]!)
         }
 
-        /// Sends a transfer's event to the manager's subscribers and to the batches that wait for it.
-        private func emit(_ id: TransferID, _ kind: TransferEvent.Kind) {
+        /// Sends a transfer's event to the manager's subscribers and observers and to the batches that wait for it.
+        private mutating func emit(_ id: TransferID, _ kind: TransferEvent.Kind) {
             guard let record = self.transfers[id] else { return }
             if let store = self.store { Self.persist(kind, of: record, id: id, to: store) }
             let event = TransferEvent(id: id, url: record.request.url, kind: kind)
             for subscriber in self.subscribers.values { subscriber.yield(event) }
+            if !self.observers.isEmpty { self.observers.post(event) }
             for batchID in record.batches { self.batches[batchID]?.events?.yield(.transfer(event)) }
         }
     }
@@ -754,5 +765,63 @@ extension TransferManager.Core {
 
     static func json<T: Encodable>(_ value: T) -> String {
         String(decoding: (try? JSONEncoder().encode(value)) ?? Data("[]".utf8), as: UTF8.self)
+    }
+}
+
+extension TransferManager {
+    /// The registered observers, indexed so that an event costs O(its observers), not O(all observers).
+    struct Observers: Sendable {
+        private var all: [Int: ObserverMailbox] = [:]
+        private var byTransfer: [TransferID: [Int: ObserverMailbox]] = [:]
+
+        var isEmpty: Bool { self.all.isEmpty && self.byTransfer.isEmpty }
+
+        subscript(key: Int) -> ObserverMailbox? {
+            get { self.all[key] ?? self.byTransfer.values.lazy.compactMap { $0[key] }.first }
+            set {
+                guard let mailbox = newValue else {
+                    _ = self.removeValue(forKey: key)
+                    return
+                }
+                if let id = mailbox.transfer {
+                    self.byTransfer[id, default: [:]][key] = mailbox
+                } else {
+                    self.all[key] = mailbox
+                }
+            }
+        }
+
+        mutating func removeValue(forKey key: Int) -> ObserverMailbox? {
+            if let mailbox = self.all.removeValue(forKey: key) { return mailbox }
+            for (id, mailboxes) in self.byTransfer where mailboxes[key] != nil {
+                let mailbox = self.byTransfer[id]![key]
+                self.byTransfer[id]![key] = nil
+                if self.byTransfer[id]!.isEmpty { self.byTransfer[id] = nil }
+                return mailbox
+            }
+            return nil
+        }
+
+        /// Posts an event to its observers; those that end with their transfer are closed and forgotten.
+        mutating func post(_ event: TransferEvent) {
+            for mailbox in self.all.values { mailbox.post(event) }
+            guard let mailboxes = self.byTransfer[event.id] else { return }
+            for (key, mailbox) in mailboxes {
+                mailbox.post(event)
+                if case .finished = event.kind, mailbox.endsWhenFinished {
+                    mailbox.close()
+                    self.byTransfer[event.id]![key] = nil
+                }
+            }
+            if self.byTransfer[event.id]?.isEmpty == true { self.byTransfer[event.id] = nil }
+        }
+
+        /// Closes every observer: the scope is ending.
+        mutating func closeAll() {
+            for mailbox in self.all.values { mailbox.close() }
+            for mailboxes in self.byTransfer.values { for mailbox in mailboxes.values { mailbox.close() } }
+            self.all = [:]
+            self.byTransfer = [:]
+        }
     }
 }

@@ -20,14 +20,24 @@ public final class TransferManager: Sendable {
     let core: NIOLockedValueBox<Core>
     let storeWriter: StoreWriter?
     private let starts: AsyncStream<TransferID>
+    private let deliveries: AsyncStream<ObserverMailbox>
 
     private init(configuration: Configuration, client: HTTPClient) {
         self.configuration = configuration
         self.transport = HTTPTransport(client: client, configuration: configuration)
         let (starts, continuation) = AsyncStream<TransferID>.makeStream()
         self.starts = starts
+        let (deliveries, deliveryContinuation) = AsyncStream<ObserverMailbox>.makeStream()
+        self.deliveries = deliveries
         self.storeWriter = configuration.store.map(StoreWriter.init(store:))
-        self.core = NIOLockedValueBox(Core(configuration: configuration, starts: continuation, store: self.storeWriter))
+        self.core = NIOLockedValueBox(
+            Core(
+                configuration: configuration,
+                starts: continuation,
+                deliveries: deliveryContinuation,
+                store: self.storeWriter
+            )
+        )
     }
 
     /// Creates a manager, runs `body` with it, then cancels what is left and releases every resource.
@@ -47,6 +57,7 @@ public final class TransferManager: Sendable {
             result = try await withThrowingTaskGroup(of: Void.self, returning: Swift.Result<Result, any Error>.self) {
                 group in
                 group.addTask { await manager.run() }
+                group.addTask { await manager.deliverObservedEvents(manager.deliveries) }
                 group.addTask { await manager.sampleProgress() }
                 let outcome: Swift.Result<Result, any Error>
                 do {
@@ -73,8 +84,13 @@ public final class TransferManager: Sendable {
                 group.addTask { await self.runTransfer(id) }
             }
         }
+        // Every transfer has ended and emitted its last event: the streams and observers end after what they hold.
         let subscribers = self.core.withLockedValue { core in
-            defer { core.subscribers = [:] }
+            defer {
+                core.subscribers = [:]
+                core.observers.closeAll()
+                core.deliveries.finish()
+            }
             return Array(core.subscribers.values)
         }
         for subscriber in subscribers { subscriber.finish() }
