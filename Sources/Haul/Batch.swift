@@ -83,6 +83,12 @@ public final class Batch: Sendable {
     /// Resumes every paused transfer of the batch.
     public func resume() { self.forEachTransfer { $0.resume($1, aftermath: &$2) } }
 
+    /// Gives every unfinished transfer of the batch this priority (see ``TransferManager/setPriority(_:of:)``): a batch
+    /// the user is looking at can jump ahead of a background one.
+    public func setPriority(_ priority: Int) {
+        self.forEachTransfer { core, id, _ in core.setPriority(priority, of: id) }
+    }
+
     /// Cancels the batch: its unfinished transfers are reported cancelled. Safe to call from inside an event loop
     /// over ``events`` (SDL-0029's "cancel the rest" from the progress callback).
     public func cancel() {

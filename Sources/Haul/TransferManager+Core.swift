@@ -23,6 +23,9 @@ extension TransferManager {
         var result: TransferResult?
         /// Why the partial file was discarded, each time it was.
         var restarts: [String] = []
+        /// The transfer's own bandwidth limit (without a limit, it costs one uncontended lock per chunk): every
+        /// record has one, so that a limit set while an attempt runs reaches that attempt.
+        var bandwidth = BandwidthLimiter(bytesPerSecond: nil)
         /// When progress was last written to the store, and how much.
         var lastCheckpoint: (at: ContinuousClock.Instant, bytes: Int64)?
 
@@ -178,6 +181,7 @@ extension TransferManager {
                 self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                 return
             }
+            if let limit = request.bandwidthLimit { newRecord.bandwidth = BandwidthLimiter(bytesPerSecond: limit) }
             if let persisted {
                 persisted.restore(into: &newRecord)
                 if let holder = persisted.staleLeaseOwner {
@@ -219,7 +223,7 @@ extension TransferManager {
                 )
             }
             self.emit(request.id, .queued)
-            self.start(self.scheduler.enqueue(request.id, host: record.host))
+            self.start(self.scheduler.enqueue(request.id, host: record.host, priority: request.priority))
         }
 
         private mutating func join(
@@ -325,6 +329,7 @@ extension TransferManager {
                 lowSpeedLimit: self.configuration.lowSpeedLimit,
                 idleTimeout: self.configuration.idleTimeout,
                 bandwidth: self.bandwidth,
+                transferBandwidth: record.bandwidth,
                 hooks: self.configuration.hooks,
                 attempt: record.machine.attempts
             )
@@ -405,6 +410,19 @@ extension TransferManager {
             self.apply(action, to: id, result: nil, at: .now, aftermath: &aftermath)
         }
 
+        /// Sets, changes or removes one transfer's bandwidth limit; a running attempt feels it at its next chunk.
+        mutating func setBandwidthLimit(_ bytesPerSecond: Int64?, of id: TransferID) {
+            guard let record = self.transfers[id] else { return }
+            self.transfers[id]!.request.bandwidthLimit = bytesPerSecond
+            record.bandwidth.setLimit(bytesPerSecond)
+        }
+
+        mutating func setPriority(_ priority: Int, of id: TransferID) {
+            guard self.transfers[id] != nil else { return }
+            self.transfers[id]!.request.priority = priority
+            self.scheduler.setPriority(priority, of: id)
+        }
+
         mutating func cancel(_ id: TransferID, aftermath: inout Aftermath) {
             guard self.transfers[id] != nil else { return }
             let action = self.transfers[id]!.machine.cancel()
@@ -467,13 +485,25 @@ extension TransferManager {
                 self.emit(id, .paused)
             case .enqueueAndReportResumed:
                 self.emit(id, .resumed)
-                self.start(self.scheduler.enqueue(id, host: self.transfers[id]!.host))
+                self.start(
+                    self.scheduler.enqueue(
+                        id,
+                        host: self.transfers[id]!.host,
+                        priority: self.transfers[id]!.request.priority
+                    )
+                )
             case .stopAttempt:
                 self.transfers[id]!.stopSignal?.fire()
             case .reportPaused:
                 self.emit(id, .paused)
             case .enqueue:
-                self.start(self.scheduler.enqueue(id, host: self.transfers[id]!.host))
+                self.start(
+                    self.scheduler.enqueue(
+                        id,
+                        host: self.transfers[id]!.host,
+                        priority: self.transfers[id]!.request.priority
+                    )
+                )
             case .scheduleRetry:
                 preconditionFailure("A retry is scheduled only when an attempt ends")
             case .stopRetryWaitAndReportPaused:

@@ -275,6 +275,18 @@ public final class TransferManager: Sendable {
     /// Resumes a paused transfer: it queues again and continues from its partial file with a `Range` request.
     public func resume(_ id: TransferID) { self.withCore { $0.resume(id, aftermath: &$1) } }
 
+    /// Sets, changes or (with `nil`) removes one transfer's own bandwidth limit, on top of the manager's; it takes
+    /// effect at the next chunk.
+    public func setBandwidthLimit(_ bytesPerSecond: Int64?, of id: TransferID) {
+        self.core.withLockedValue { $0.setBandwidthLimit(bytesPerSecond, of: id) }
+    }
+
+    /// Changes a transfer's priority: a waiting transfer moves in the queue at once (higher starts first); a running
+    /// one keeps running, and the priority applies when it queues again (a retry, a resume).
+    public func setPriority(_ priority: Int, of id: TransferID) {
+        self.core.withLockedValue { $0.setPriority(priority, of: id) }
+    }
+
     /// Cancels a transfer; its partial file is removed and it reports ``TransferResult/cancelled``.
     public func cancel(_ id: TransferID) { self.withCore { $0.cancel(id, aftermath: &$1) } }
 

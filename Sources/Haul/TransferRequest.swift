@@ -32,6 +32,13 @@ public struct TransferRequest: Sendable {
     public var computesSHA256: Bool
     /// What the transfer does: ``Operation/download`` unless made by one of the upload or delete factories.
     public var operation: Operation
+    /// Which waiting transfers start first: higher priorities before lower ones, and in the order they were
+    /// submitted within a priority. 0 by default; any `Int`. Change it while the transfer waits with
+    /// ``TransferManager/setPriority(_:of:)``.
+    public var priority: Int = 0
+    /// This transfer's own bandwidth limit in bytes per second, on top of the manager's; `nil` for none. Change it
+    /// while the transfer runs with ``TransferManager/setBandwidthLimit(_:of:)``.
+    public var bandwidthLimit: Int64?
 
     /// Creates a download request.
     ///

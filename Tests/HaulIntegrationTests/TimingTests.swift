@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulTesting
+import NIOConcurrencyHelpers
 import Testing
 
 /// Tests that measure time. They need the machine to themselves, so the parallel `swift test` skips them and
@@ -31,6 +32,31 @@ struct TimingTests {
         }
     }
 
+    @Test func aPerTransferLimitSlowsOnlyItsTransfer() async throws {
+        let body = FaultInjectingServer.body(size: 3 * 262_144, seed: 9)
+        try await FaultInjectingServer.withServer(resources: ["/slow": .init(body: body), "/fast": .init(body: body)]) {
+            server in
+            try await withTemporaryDirectory { folder in
+                var slow = TransferRequest(url: server.url("/slow"), into: folder)
+                slow.bandwidthLimit = 524_288
+                let finished = NIOLockedValueBox<[String: ContinuousClock.Instant]>([:])
+                let started = ContinuousClock.now
+                try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    manager.addObserver { event in
+                        if case .finished = event.kind { finished.withLockedValue { $0[event.url.path] = .now } }
+                    }
+                    _ = try await manager.enqueue([slow, TransferRequest(url: server.url("/fast"), into: folder)])
+                        .report()
+                }
+                let times = finished.withLockedValue { $0 }
+                let slowSeconds = try #require(times["/slow"].map { ($0 - started).secondsValue })
+                let fastSeconds = try #require(times["/fast"].map { ($0 - started).secondsValue })
+                let rate = Double(body.count) / slowSeconds / 524_288
+                #expect((0.8...1.2).contains(rate), "\(rate) × the limit over \(slowSeconds) s")
+                #expect(fastSeconds < slowSeconds / 3, "the other transfer is not held back")
+            }
+        }
+    }
 }
 
 extension Duration {

@@ -21,6 +21,40 @@ struct SchedulerTests {
         #expect(scheduler.runningEnded("a1") == ["a2"])
     }
 
+    @Test func startsHigherPrioritiesFirstAndKeepsSubmissionOrderWithinAPriority() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 6)
+        #expect(scheduler.enqueue("running", host: "h") == ["running"])
+        _ = scheduler.enqueue("low", host: "h", priority: -1)
+        _ = scheduler.enqueue("normal1", host: "h")
+        _ = scheduler.enqueue("urgent", host: "g", priority: 9)
+        _ = scheduler.enqueue("normal2", host: "g")
+        #expect(scheduler.waitingOrder == ["urgent", "normal1", "normal2", "low"])
+        var started: [TransferID] = []
+        var last: TransferID = "running"
+        while let next = scheduler.runningEnded(last).first {
+            started.append(next)
+            last = next
+        }
+        #expect(started == ["urgent", "normal1", "normal2", "low"])
+    }
+
+    @Test func aChangedPriorityMovesAWaitingTransferAndLeavesNoStaleEntry() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 6)
+        _ = scheduler.enqueue("running", host: "h")
+        _ = scheduler.enqueue("a", host: "h")
+        _ = scheduler.enqueue("b", host: "h")
+        _ = scheduler.enqueue("c", host: "h")
+        scheduler.setPriority(5, of: "c")
+        scheduler.setPriority(0, of: "running")  // not waiting: nothing happens
+        #expect(scheduler.waitingOrder == ["c", "a", "b"])
+        #expect(scheduler.runningEnded("running") == ["c"])
+        scheduler.setPriority(-3, of: "a")
+        #expect(scheduler.runningEnded("c") == ["b"])
+        #expect(scheduler.runningEnded("b") == ["a"])
+        #expect(scheduler.runningEnded("a") == [])
+        #expect(scheduler.waitingCount == 0)
+    }
+
     @Test func skipsTransfersRemovedWhileWaiting() {
         var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 1)
         _ = scheduler.enqueue("a", host: "h")

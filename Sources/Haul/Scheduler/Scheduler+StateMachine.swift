@@ -1,4 +1,4 @@
-import DequeModule
+import HeapModule
 
 /// Decides which waiting transfer starts next under a global and a per-host limit.
 enum Scheduler {}
@@ -6,22 +6,33 @@ enum Scheduler {}
 extension Scheduler {
     /// The queue of waiting transfers and the count of running ones: synchronous, free of I/O, clocks and locks.
     ///
-    /// Transfers start in the order they were queued, except that a transfer whose host is at its limit lets the
-    /// next transfer of another host go first. Each host has its own FIFO queue, so choosing the next start costs
-    /// O(number of hosts), not O(number of waiting transfers). Removing a waiting transfer is O(1): its entry is
-    /// left in the queue and skipped when it reaches the head.
+    /// Transfers start by priority (higher first), and in the order they were queued within a priority, except that
+    /// a transfer whose host is at its limit lets the next transfer of another host go first. Each host has its own
+    /// priority queue (a heap), so choosing the next start costs O(number of hosts × log of the host's queue), not
+    /// O(number of waiting transfers). Removing a waiting transfer or changing its priority is O(log n): the old entry
+    /// is left in the heap and skipped when it reaches the top.
     struct StateMachine: Sendable {
-        private struct Entry: Sendable {
+        private struct Entry: Sendable, Comparable {
             var id: TransferID
+            var priority: Int
             var sequence: Int
+
+            /// The heap's minimum is the entry to start first: the highest priority, then the oldest.
+            static func < (a: Entry, b: Entry) -> Bool {
+                a.priority != b.priority ? a.priority > b.priority : a.sequence < b.sequence
+            }
+
+            static func == (a: Entry, b: Entry) -> Bool {
+                a.id == b.id && a.priority == b.priority && a.sequence == b.sequence
+            }
         }
 
         /// How many transfers run at once, over all hosts.
         private(set) var maximumConcurrent: Int
         /// How many transfers run at once against one host.
         private(set) var maximumPerHost: Int
-        private var queues: [String: Deque<Entry>] = [:]
-        private var waiting: [TransferID: (host: String, sequence: Int)] = [:]
+        private var queues: [String: Heap<Entry>] = [:]
+        private var waiting: [TransferID: (host: String, priority: Int, sequence: Int)] = [:]
         private var runningPerHost: [String: Int] = [:]
         private var running: [TransferID: String] = [:]
         /// Hosts that asked us to wait (`Retry-After`), with how many holds are on each.
@@ -40,13 +51,27 @@ extension Scheduler {
         var waitingCount: Int { self.waiting.count }
 
         /// A transfer is ready to run; returns the transfers to start now (possibly this one).
-        mutating func enqueue(_ id: TransferID, host: String) -> [TransferID] {
+        mutating func enqueue(_ id: TransferID, host: String, priority: Int = 0) -> [TransferID] {
             precondition(self.waiting[id] == nil && self.running[id] == nil, "\(id) is queued twice")
             let sequence = self.nextSequence
             self.nextSequence += 1
-            self.waiting[id] = (host, sequence)
-            self.queues[host, default: []].append(Entry(id: id, sequence: sequence))
+            self.waiting[id] = (host, priority, sequence)
+            self.queues[host, default: []].insert(Entry(id: id, priority: priority, sequence: sequence))
             return self.startable()
+        }
+
+        /// Changes a waiting transfer's priority (it keeps its place among transfers of the new priority by when it
+        /// was queued); a no-op if it is not waiting. Returns nothing to start: a change of order frees no slot.
+        mutating func setPriority(_ priority: Int, of id: TransferID) {
+            guard let entry = self.waiting[id], entry.priority != priority else { return }
+            self.waiting[id] = (entry.host, priority, entry.sequence)
+            self.queues[entry.host, default: []].insert(Entry(id: id, priority: priority, sequence: entry.sequence))
+        }
+
+        /// The waiting transfers in the order they would start if every host had room (for tests and listings).
+        var waitingOrder: [TransferID] {
+            self.waiting.map { Entry(id: $0.key, priority: $0.value.priority, sequence: $0.value.sequence) }.sorted()
+                .map(\.id)
         }
 
         /// A waiting transfer no longer wants to run (paused or cancelled); a no-op if it is not waiting.
@@ -76,7 +101,7 @@ extension Scheduler {
             return self.startable()
         }
 
-        /// Moves waiting transfers to running while the limits allow, oldest first among hosts with room.
+        /// Moves waiting transfers to running while the limits allow, by priority then age among hosts with room.
         private mutating func startable() -> [TransferID] {
             var started: [TransferID] = []
             while self.running.count < self.maximumConcurrent {
@@ -86,10 +111,10 @@ extension Scheduler {
                         continue
                     }
                     guard let head = self.liveHead(of: host) else { continue }
-                    if best == nil || head.sequence < best!.entry.sequence { best = (host, head) }
+                    if best == nil || head < best!.entry { best = (host, head) }
                 }
                 guard let (host, entry) = best else { break }
-                self.queues[host]!.removeFirst()
+                self.queues[host]!.removeMin()
                 if self.queues[host]!.isEmpty { self.queues[host] = nil }
                 self.waiting[entry.id] = nil
                 self.running[entry.id] = host
@@ -101,9 +126,11 @@ extension Scheduler {
 
         /// The first entry of a host's queue that is still waiting, dropping stale ones; removes empty queues.
         private mutating func liveHead(of host: String) -> Entry? {
-            while let head = self.queues[host]?.first {
-                if let live = self.waiting[head.id], live.sequence == head.sequence { return head }
-                self.queues[host]!.removeFirst()
+            while let head = self.queues[host]?.min {
+                if let live = self.waiting[head.id], live.sequence == head.sequence, live.priority == head.priority {
+                    return head
+                }
+                self.queues[host]!.removeMin()
             }
             self.queues[host] = nil
             return nil

@@ -64,11 +64,18 @@ extension Download {
         var lowSpeedLimit: TransferManager.LowSpeedLimit?
         /// How long a transfer may make no progress before the attempt fails.
         var idleTimeout: Duration
-        /// The manager's bandwidth limit, shared by all its transfers.
+        /// The manager's bandwidth limit, shared by all its transfers, and this transfer's own, if it has one.
         var bandwidth: BandwidthLimiter
+        var transferBandwidth: BandwidthLimiter?
         /// The caller's hooks, and which attempt this is (from 1), for them.
         var hooks: TransferManager.Hooks
         var attempt: Int
+
+        /// Waits as long as the bandwidth limits ask before `bytes` more may move.
+        func throttle(_ bytes: Int) async throws {
+            try await self.bandwidth.consume(bytes)
+            try await self.transferBandwidth?.consume(bytes)
+        }
 
         /// The final path for a name.
         func finalPath(_ components: [String]) -> URL {
@@ -284,7 +291,7 @@ extension Download {
                         )
                     }
                     plan.progress.store(file.size)
-                    try await plan.bandwidth.consume(chunk.readableBytes)
+                    try await plan.throttle(chunk.readableBytes)
                     if let floor = plan.lowSpeedLimit, clock.now - speedWindow.start >= floor.duration {
                         let now = clock.now
                         let rate = Double(file.size - speedWindow.bytes) / (now - speedWindow.start).seconds

@@ -61,7 +61,7 @@ enum Upload {
         } else if !headers.contains(where: { $0.name.lowercased() == "content-type" }) {
             headers.append(("Content-Type", contentType))
         }
-        let body = UploadBody(parts: parts, progress: plan.progress, base: base, bandwidth: plan.bandwidth)
+        let body = UploadBody(parts: parts, progress: plan.progress, base: base, plan: plan)
         let length = body.length
         let method: HTTPMethod = upload.method.multipartField == nil ? .PUT : .POST
         let (requestURL, requestHeaders, idle) = (url, headers, plan.idleTimeout)

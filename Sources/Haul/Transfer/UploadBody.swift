@@ -38,7 +38,8 @@ struct UploadBody: AsyncSequence, Sendable {
     let parts: [Part]
     let progress: ProgressCell
     let base: Int64
-    let bandwidth: BandwidthLimiter
+    /// The attempt's plan, for its bandwidth limits.
+    let plan: Download.Plan
     let watch = StallWatch()
 
     /// The body's length in bytes, framing included.
@@ -86,7 +87,7 @@ struct UploadBody: AsyncSequence, Sendable {
                 if !part.isFraming {
                     self.sentPayload += Int64(buffer.readableBytes)
                     self.body.progress.store(Swift.max(self.body.base, self.sentPayload))
-                    try await self.body.bandwidth.consume(buffer.readableBytes)
+                    try await self.body.plan.throttle(buffer.readableBytes)
                 }
                 self.body.watch.handedOver(at: .now)
                 return buffer
