@@ -108,6 +108,9 @@ extension TransferManager {
         var progressCells: [TransferID: ProgressCell] = [:]
         var subscribers: [Int: AsyncStream<TransferEvent>.Continuation] = [:]
         var nextSubscriberID = 0
+        /// Subscribers to the running-transfer count, and the count they last heard.
+        var activitySubscribers: [Int: AsyncStream<Int>.Continuation] = [:]
+        var reportedRunningCount = 0
         /// Where new observers go to get a delivery task.
         let deliveries: AsyncStream<ObserverMailbox>.Continuation
         /// The observers of every transfer, and those of one transfer, by token.
@@ -166,7 +169,12 @@ extension TransferManager {
                     self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                     return
                 }
-                if existing.result == nil || existing.state == .completed {
+                // A completed download whose file has since been deleted (a model removed, say) starts afresh.
+                var fileIsGone = false
+                if case .completed(let file) = existing.result, existing.request.isDownload {
+                    fileIsGone = !PartialFile.exists(file.path)
+                }
+                if existing.result == nil || (existing.state == .completed && !fileIsGone) {
                     self.batches[batchID]!.pending[request.id, default: []].append(index)
                     self.join(request.id, batchID: batchID, at: now, aftermath: &aftermath)
                     return
@@ -293,8 +301,16 @@ extension TransferManager {
 
         // MARK: Running
 
-        /// Marks transfers the scheduler chose as running and hands them to the run loop.
+        /// Marks transfers the scheduler chose as running and hands them to the run loop; tells the activity
+        /// subscribers when the running count changed (every change of it passes through here).
         private mutating func start(_ ids: [TransferID]) {
+            defer {
+                let running = self.scheduler.runningCount
+                if running != self.reportedRunningCount {
+                    self.reportedRunningCount = running
+                    for subscriber in self.activitySubscribers.values { subscriber.yield(running) }
+                }
+            }
             for id in ids {
                 self.transfers[id]!.machine.started()
                 self.transfers[id]!.stopSignal = StopSignal()

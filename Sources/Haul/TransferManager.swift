@@ -87,6 +87,8 @@ public final class TransferManager: Sendable {
         // Every transfer has ended and emitted its last event: the streams and observers end after what they hold.
         let subscribers = self.core.withLockedValue { core in
             defer {
+                for subscriber in core.activitySubscribers.values { subscriber.finish() }
+                core.activitySubscribers = [:]
                 core.subscribers = [:]
                 core.observers.closeAll()
                 core.deliveries.finish()
@@ -322,14 +324,46 @@ public final class TransferManager: Sendable {
 
     // MARK: Observing
 
-    /// The state of a transfer, or `nil` if the manager does not know the identifier.
+    /// The state of a transfer, or `nil` if neither the manager nor its store knows the identifier.
+    ///
+    /// A transfer of an earlier process that this manager has not been given again is answered from the store, as
+    /// it was last recorded (a transfer that was running when its process died reads `running` until it is
+    /// submitted again).
     public func state(of id: TransferID) -> TransferState? {
-        self.core.withLockedValue { $0.transfers[id]?.state }
+        if let state = self.core.withLockedValue({ $0.transfers[id]?.state }) { return state }
+        return self.stored(id).flatMap { TransferState(name: $0.state) }
     }
 
-    /// The progress of a transfer, or `nil` if the manager does not know the identifier.
+    /// The progress of a transfer, or `nil` if neither the manager nor its store knows the identifier (from the
+    /// store: the bytes at the last checkpoint, and no speed).
     public func progress(of id: TransferID) -> TransferProgress? {
-        self.core.withLockedValue { $0.transfers[id]?.progress }
+        if let progress = self.core.withLockedValue({ $0.transfers[id]?.progress }) { return progress }
+        return self.stored(id).map {
+            TransferProgress(receivedBytes: $0.bytesOnDisk, expectedBytes: $0.totalBytes, bytesPerSecond: 0)
+        }
+    }
+
+    private func stored(_ id: TransferID) -> StoredTransfer? {
+        (try? self.configuration.store?.transfer(id)) ?? nil
+    }
+
+    /// A stream of ``runningTransferCount`` (HWIFileDownload's network-activity count, for a spinner): its value
+    /// now, then each new value as it changes, until the manager's scope ends.
+    public func runningTransferCounts() -> AsyncStream<Int> {
+        let (stream, continuation) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let subscribed = self.core.withLockedValue { core -> Bool in
+            guard !core.isShutDown else { return false }
+            let key = core.nextSubscriberID
+            core.nextSubscriberID += 1
+            core.activitySubscribers[key] = continuation
+            continuation.yield(core.scheduler.runningCount)
+            continuation.onTermination = { [weak self] _ in
+                _ = self?.core.withLockedValue { $0.activitySubscribers.removeValue(forKey: key) }
+            }
+            return true
+        }
+        if !subscribed { continuation.finish() }
+        return stream
     }
 
     /// The result of a finished transfer; `nil` while it runs or if the identifier is unknown.

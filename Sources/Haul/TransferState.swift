@@ -43,6 +43,20 @@ public struct TransferState: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The state named `name` (as ``description`` writes it, and as the store records it).
+    public init?(name: String) {
+        guard let base = Base(rawValue: name) else { return nil }
+        self.base = base
+    }
+
+    /// Whether a request is in flight or the transfer is queued for one (waiting, running, waiting to retry).
+    public var isActive: Bool {
+        switch self.base {
+        case .waiting, .running, .waitingToRetry: true
+        case .paused, .completed, .failed, .cancelled, .skipped: false
+        }
+    }
+
     /// The state's name: `waiting`, `running`, `waitingToRetry`, `paused`, `completed`, `failed`, `cancelled`,
     /// `skipped`.
     public var description: String { self.base.rawValue }
