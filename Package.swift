@@ -5,7 +5,7 @@ import PackageDescription
 /// treated as a defect by `.ci/run`, not by a flag here, so downstream builds never break on a new warning.
 let package = Package(
     name: "Haul",
-    platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9)],
+    platforms: [.macOS(.v14), .iOS(.v17), .tvOS(.v17), .watchOS(.v10)],
     products: [
         .library(name: "Haul", targets: ["Haul"]),
         .executable(name: "haul", targets: ["HaulCommand"]),
@@ -18,6 +18,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // Micro-benchmarks only (`swift package benchmark`); never linked into Haul or haul.
+        .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         // Two C functions Swift cannot reach: an atomic no-replace rename (not in Swift's Glibc module) and the
@@ -53,6 +55,18 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
+        ),
+        // Micro-benchmarks of the hot paths: `swift package benchmark` (see docs/benchmarks.md). An executable, so
+        // `swift test` never runs it; it sees Haul's `package` declarations.
+        .executableTarget(
+            name: "HaulBenchmarks",
+            dependencies: [
+                "Haul",
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Benchmarks/HaulBenchmarks",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
         .testTarget(
             name: "HaulTests",

@@ -15,7 +15,7 @@ import Darwin
 /// It is opened without following a symbolic link at its own path, so a link planted where the `.part` file goes
 /// cannot redirect the write. Writes are gathered to ``batchSize`` (256 KiB) before they reach the kernel: fewer,
 /// larger writes cost less CPU than one per network read.
-struct PartialFile: ~Copyable {
+package struct PartialFile: ~Copyable {
     /// How many bytes are gathered before one `pwrite`.
     static let batchSize = 256 * 1024
 
@@ -23,10 +23,10 @@ struct PartialFile: ~Copyable {
     private let descriptor: Int32
     private var pending: ByteBuffer
     /// Where the next byte goes, counting those still in the batch.
-    private(set) var size: Int64
+    package private(set) var size: Int64
 
     /// Opens (creating it, with its folders) the partial file at `path`; its current size is where writing resumes.
-    init(openingAt path: URL) throws(HaulError) {
+    package init(openingAt path: URL) throws(HaulError) {
         do {
             try FileManager.default.createDirectory(
                 at: path.deletingLastPathComponent(),
@@ -56,7 +56,7 @@ struct PartialFile: ~Copyable {
     deinit { close(self.descriptor) }
 
     /// Appends bytes at the end; they reach the file when the batch is full or on ``flush()``.
-    mutating func append(_ buffer: ByteBuffer) throws(HaulError) {
+    package mutating func append(_ buffer: ByteBuffer) throws(HaulError) {
         let count = buffer.readableBytes
         if self.pending.readableBytes == 0 && count >= Self.batchSize {
             try self.write(buffer, at: self.size)
@@ -70,7 +70,7 @@ struct PartialFile: ~Copyable {
     }
 
     /// Writes the gathered bytes.
-    mutating func flush() throws(HaulError) {
+    package mutating func flush() throws(HaulError) {
         guard self.pending.readableBytes > 0 else { return }
         let offset = self.size - Int64(self.pending.readableBytes)
         try self.write(self.pending, at: offset)
@@ -156,7 +156,7 @@ extension PartialFile {
     }
 
     /// Removes a file if it exists.
-    static func remove(_ path: URL) {
+    package static func remove(_ path: URL) {
         unlink(path.path)
     }
 

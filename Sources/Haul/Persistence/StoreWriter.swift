@@ -5,7 +5,7 @@ import NIOConcurrencyHelpers
 /// lock) and reach the database in one transaction every ``flushInterval``, so no database I/O ever happens under
 /// the lock or per chunk. A change is on disk at most one interval after it happened; the partial files themselves
 /// are the truth for how many bytes are there.
-final class StoreWriter: Sendable {
+package final class StoreWriter: Sendable {
     /// How often queued changes are written. 100 ms: a killed process loses at most that much bookkeeping, and
     /// nothing of the files.
     static let flushInterval: Duration = .milliseconds(100)
@@ -16,15 +16,15 @@ final class StoreWriter: Sendable {
     private let pending = NIOLockedValueBox<[StoreOperation]>([])
     private let lastErrorBox = NIOLockedValueBox<(any Error)?>(nil)
 
-    init(store: TransferStore) { self.store = store }
+    package init(store: TransferStore) { self.store = store }
 
     /// Queues an operation.
-    func enqueue(_ operation: StoreOperation) {
+    package func enqueue(_ operation: StoreOperation) {
         self.pending.withLockedValue { $0.append(operation) }
     }
 
     /// Writes what is queued now, and then `last`, in one transaction.
-    func flush(adding last: StoreOperation? = nil) {
+    package func flush(adding last: StoreOperation? = nil) {
         var operations = self.pending.withLockedValue { pending in
             defer { pending = [] }
             return pending

@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 
 /// One row of the `transfer` table.
-struct TransferRow: Codable, Sendable, FetchableRecord {
+package struct TransferRow: Codable, Sendable, FetchableRecord {
     var id: String
     var url: String
     var destinationKind: String
@@ -103,6 +103,39 @@ struct StoredOperation: Codable, Hashable, Sendable {
 }
 
 extension TransferRow {
+    /// The row of a waiting download of `url` into `folder`, as a manager would insert it (for benchmarks, which
+    /// write to a store without a manager).
+    package static func waitingDownload(id: String, url: String, folder: String) -> TransferRow {
+        TransferRow(
+            id: id,
+            url: url,
+            destinationKind: "folder",
+            destinationPath: folder,
+            folder: folder,
+            nameComponents: "[]",
+            usesContentDisposition: false,
+            conflictPolicy: "rename",
+            headers: "[]",
+            checksum: nil,
+            expectedSize: nil,
+            computesSHA256: false,
+            state: "waiting",
+            bytesOnDisk: 0,
+            totalSize: nil,
+            etag: nil,
+            lastModified: nil,
+            attempts: 0,
+            finalPath: nil,
+            finalSize: nil,
+            finalModified: nil,
+            sha256: nil,
+            errorCode: nil,
+            errorMessage: nil,
+            httpStatus: nil,
+            updatedAt: 0
+        )
+    }
+
     /// The request this row records (without the secret headers, which are never stored).
     var request: TransferRequest? {
         guard let url = URL(string: self.url),
@@ -130,7 +163,7 @@ extension TransferRow {
 }
 
 /// A change to the store, queued by the manager and written in batches by ``StoreWriter``.
-enum StoreOperation: Sendable {
+package enum StoreOperation: Sendable {
     case insertItem(batchID: BatchID, position: Int, row: TransferRow)
     case state(TransferID, TransferState, attempts: Int)
     case validator(TransferID, etag: String?, lastModified: String?, totalSize: Int64?)

@@ -240,7 +240,7 @@ public final class TransferStore: Sendable {
     }
 
     /// Creates a batch and returns its identifier.
-    func createBatch() throws -> BatchID {
+    package func createBatch() throws -> BatchID {
         try self.database.write { db in
             try db.execute(sql: "INSERT INTO batch (createdAt) VALUES (?)", arguments: [Date().timeIntervalSince1970])
             return BatchID(Int(db.lastInsertedRowID))

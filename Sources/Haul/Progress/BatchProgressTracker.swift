@@ -8,7 +8,7 @@
 ///
 /// Every update and every snapshot costs O(1): the tracker keeps running sums, and each item's share of them, so a
 /// batch of 100,000 files costs no more per event than a batch of ten.
-struct BatchProgressTracker: Sendable {
+package struct BatchProgressTracker: Sendable {
     private struct Item: Sendable {
         var expectedBytes: Int64?
         var highWater: Int64 = 0
@@ -42,6 +42,8 @@ struct BatchProgressTracker: Sendable {
     }
 
     private var items: [TransferID: Item] = [:]
+
+    package init() {}
     private var sums = Sums()
     private var counts: [TransferState: Int] = [:]
     private var finishedCount = 0
@@ -50,7 +52,7 @@ struct BatchProgressTracker: Sendable {
     private var rate = RateEstimator()
 
     /// A transfer joined the batch.
-    mutating func added(_ id: TransferID, expectedBytes: Int64?) {
+    package mutating func added(_ id: TransferID, expectedBytes: Int64?) {
         guard self.items[id] == nil else { return }
         let item = Item(expectedBytes: expectedBytes)
         self.items[id] = item
@@ -58,7 +60,7 @@ struct BatchProgressTracker: Sendable {
     }
 
     /// A transfer's size and bytes received so far.
-    mutating func progressed(_ id: TransferID, receivedBytes: Int64, expectedBytes: Int64?) {
+    package mutating func progressed(_ id: TransferID, receivedBytes: Int64, expectedBytes: Int64?) {
         self.update(id) { item in
             guard item.finishedState == nil else { return }
             if let expectedBytes { item.expectedBytes = expectedBytes }
@@ -67,7 +69,7 @@ struct BatchProgressTracker: Sendable {
     }
 
     /// A transfer finished; a completed one gives its final size.
-    mutating func finished(_ id: TransferID, state: TransferState, byteCount: Int64?) {
+    package mutating func finished(_ id: TransferID, state: TransferState, byteCount: Int64?) {
         guard let item = self.items[id], item.finishedState == nil else { return }
         self.counts[state, default: 0] += 1
         self.finishedCount += 1
@@ -91,7 +93,7 @@ struct BatchProgressTracker: Sendable {
     }
 
     /// The batch's progress at `instant`.
-    mutating func snapshot(at instant: ContinuousClock.Instant) -> BatchProgress {
+    package mutating func snapshot(at instant: ContinuousClock.Instant) -> BatchProgress {
         self.rate.record(totalBytes: self.transferredBytes, at: instant)
         let sums = self.sums
         let averageKnown = sums.knownCount > 0 ? Double(sums.knownBytes) / Double(sums.knownCount) : 1

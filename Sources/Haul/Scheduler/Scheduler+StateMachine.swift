@@ -1,7 +1,7 @@
 import HeapModule
 
 /// Decides which waiting transfer starts next under a global and a per-host limit.
-enum Scheduler {}
+package enum Scheduler {}
 
 extension Scheduler {
     /// The queue of waiting transfers and the count of running ones: synchronous, free of I/O, clocks and locks.
@@ -11,7 +11,7 @@ extension Scheduler {
     /// priority queue (a heap), so choosing the next start costs O(number of hosts × log of the host's queue), not
     /// O(number of waiting transfers). Removing a waiting transfer or changing its priority is O(log n): the old entry
     /// is left in the heap and skipped when it reaches the top.
-    struct StateMachine: Sendable {
+    package struct StateMachine: Sendable {
         private struct Entry: Sendable, Comparable {
             var id: TransferID
             var priority: Int
@@ -39,19 +39,19 @@ extension Scheduler {
         private var holds: [String: Int] = [:]
         private var nextSequence = 0
 
-        init(maximumConcurrent: Int, maximumPerHost: Int) {
+        package init(maximumConcurrent: Int, maximumPerHost: Int) {
             precondition(maximumConcurrent > 0 && maximumPerHost > 0, "Concurrency limits must be positive")
             self.maximumConcurrent = maximumConcurrent
             self.maximumPerHost = maximumPerHost
         }
 
         /// The number of transfers running now.
-        var runningCount: Int { self.running.count }
+        package var runningCount: Int { self.running.count }
         /// The number of transfers waiting for a slot.
-        var waitingCount: Int { self.waiting.count }
+        package var waitingCount: Int { self.waiting.count }
 
         /// A transfer is ready to run; returns the transfers to start now (possibly this one).
-        mutating func enqueue(_ id: TransferID, host: String, priority: Int = 0) -> [TransferID] {
+        package mutating func enqueue(_ id: TransferID, host: String, priority: Int = 0) -> [TransferID] {
             precondition(self.waiting[id] == nil && self.running[id] == nil, "\(id) is queued twice")
             let sequence = self.nextSequence
             self.nextSequence += 1
@@ -80,7 +80,7 @@ extension Scheduler {
         }
 
         /// A running transfer ended (finished, paused or failed); returns the transfers to start now.
-        mutating func runningEnded(_ id: TransferID) -> [TransferID] {
+        package mutating func runningEnded(_ id: TransferID) -> [TransferID] {
             guard let host = self.running.removeValue(forKey: id) else {
                 preconditionFailure("\(id) ended but was not running")
             }

@@ -1,0 +1,88 @@
+import Benchmark
+import Foundation
+import Haul
+import NIOCore
+
+/// The hot paths of a batch, each measured alone: what a manager does per transfer or per chunk.
+let benchmarks: @Sendable () -> Void = {
+    Benchmark.defaultConfiguration = .init(
+        metrics: [.wallClock, .cpuTotal, .mallocCountTotal, .peakMemoryResident],
+        warmupIterations: 1,
+        maxDuration: .seconds(3),
+        maxIterations: 1_000
+    )
+
+    // The scheduler with 100,000 transfers waiting over 100 hosts: each iteration ends a running transfer and
+    // starts the next (the decision a manager makes per finished file).
+    Benchmark("Scheduler: next start among 100,000 waiting", configuration: .init(scalingFactor: .kilo)) {
+        benchmark in
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 16, maximumPerHost: 6)
+        var running: [TransferID] = []
+        for index in 0..<100_000 {
+            running += scheduler.enqueue(TransferID("t\(index)"), host: "h\(index % 100)", priority: index % 3)
+        }
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            let started = scheduler.runningEnded(running.removeFirst())
+            running += started
+            blackHole(started)
+        }
+    }
+
+    // Batch progress over 100,000 transfers: one byte count update and one snapshot per iteration (what a progress
+    // tick does for a running transfer).
+    Benchmark("Progress: update and snapshot with 100,000 transfers", configuration: .init(scalingFactor: .kilo)) {
+        benchmark in
+        var tracker = BatchProgressTracker()
+        let ids = (0..<100_000).map { TransferID("t\($0)") }
+        for id in ids { tracker.added(id, expectedBytes: 1_000_000) }
+        var bytes: Int64 = 0
+        benchmark.startMeasurement()
+        for iteration in benchmark.scaledIterations {
+            bytes += 65_536
+            tracker.progressed(ids[iteration % ids.count], receivedBytes: bytes % 1_000_000, expectedBytes: 1_000_000)
+            blackHole(tracker.snapshot(at: .now))
+        }
+    }
+
+    // The store's checkpoint writes: 1,000 running transfers each record their byte count, flushed in one
+    // transaction as the write-behind writer does every 100 ms.
+    Benchmark("Store: 1,000 checkpoints in one flush") { benchmark in
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+        let writer = StoreWriter(store: store)
+        let batch = try store.createBatch()
+        let ids = (0..<1_000).map { TransferID("t\($0)") }
+        for (position, id) in ids.enumerated() {
+            let row = TransferRow.waitingDownload(id: id.rawValue, url: "http://h/\(position)", folder: folder.path)
+            writer.enqueue(.insertItem(batchID: batch, position: position, row: row))
+        }
+        writer.flush()
+        var bytes: Int64 = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            bytes += 65_536
+            for id in ids { writer.enqueue(.checkpoint(id, bytesOnDisk: bytes)) }
+            writer.flush()
+        }
+    }
+
+    // The file writer: 64 MiB in 64 KiB chunks (what the HTTP client hands over), batched into 256 KiB writes.
+    Benchmark("File writer: 64 MiB in 64 KiB chunks", configuration: .init(maxIterations: 20)) { benchmark in
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let chunk = ByteBuffer(repeating: 0x5A, count: 65_536)
+        for iteration in benchmark.scaledIterations {
+            let path = folder.appending(path: "f\(iteration).part")
+            var file = try PartialFile(openingAt: path)
+            for _ in 0..<1_024 { try file.append(chunk) }
+            try file.flush()
+            blackHole(file.size)
+            _ = consume file
+            PartialFile.remove(path)
+        }
+    }
+}
