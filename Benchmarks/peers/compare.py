@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Haul against curl, wget2 and aria2c on the same corpora, served by a private nginx on loopback.
+
+Usage:
+    Benchmarks/peers/compare.py [--corpora small,medium,large,list100k] [--runs 5] [-j 16]
+                                [--root /tmp/haul-bench] [--haul .build/release/haul] [--large-mib 1024]
+
+What it does:
+  * generates the corpora once under ROOT/www (random, incompressible bytes):
+      small 2000 x 16 KiB, medium 200 x 1 MiB, large 2 x LARGE_MIB MiB, list100k 100,000 x 64 bytes
+    and a URL list per corpus under ROOT/lists;
+  * starts nginx on a free 127.0.0.1 port (pid file, logs and temp paths in ROOT), stops it by PID at the end;
+  * for each corpus, runs every tool once per round, in interleaved order (haul curl wget2 aria2c haul curl ...),
+    RUNS rounds; before each run the previous output is moved aside (deleted at the end: creating thousands of
+    files right after deleting thousands is slower on ext4) and the corpus is read once so nginx serves it from the
+    page cache; each run is wrapped in GNU time for CPU seconds and peak RSS;
+  * checks every output file byte for byte after the last round;
+  * prints one Markdown table per corpus: median wall time, files/s, MB/s, CPU s, peak RSS, and each tool's time
+    divided by Haul's (> 1: Haul is faster).
+
+Haul runs with its defaults (state database on, a fresh one per run, so nothing is skipped; progress on), plus
+`haul (no state)` with --no-state to show what persistence costs. On the large corpus, `curl -> /dev/null` (one
+file, one stream) gives the physical limit. On list100k only Haul runs: its peak RSS and the time from start to the
+first request (read from its --json events) are the targets there.
+
+Needs: nginx, curl, wget2, aria2c, GNU time (/usr/bin/time), python3. Not part of `swift test`.
+"""
+
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROJECT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+CORPORA = {
+    "small": (2000, 16 * 1024),
+    "medium": (200, 1024 * 1024),
+    "large": (2, None),  # size from --large-mib
+    "list100k": (100_000, 64),
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def generate(root, corpus, count, size):
+    folder = os.path.join(root, "www", corpus)
+    marker = os.path.join(folder, ".complete")
+    if os.path.exists(marker) and open(marker).read() == f"{count} {size}":
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    print(f"generating {corpus}: {count} x {size} bytes", file=sys.stderr)
+    for index in range(count):
+        with open(os.path.join(folder, f"f{index:06d}.bin"), "wb") as f:
+            left = size
+            while left > 0:
+                block = min(left, 8 << 20)
+                f.write(os.urandom(block))
+                left -= block
+    with open(marker, "w") as f:
+        f.write(f"{count} {size}")
+
+
+def write_list(root, corpus, count, port):
+    os.makedirs(os.path.join(root, "lists"), exist_ok=True)
+    path = os.path.join(root, "lists", f"{corpus}.txt")
+    with open(path, "w") as f:
+        for index in range(count):
+            f.write(f"http://127.0.0.1:{port}/{corpus}/f{index:06d}.bin\n")
+    return path
+
+
+class Nginx:
+    def __init__(self, root, port):
+        self.root, self.port = root, port
+        conf = os.path.join(root, "nginx.conf")
+        user = "user root;" if os.getuid() == 0 else ""
+        with open(conf, "w") as f:
+            f.write(f"""{user}
+worker_processes 2;
+pid {root}/nginx.pid;
+error_log {root}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000;
+    client_body_temp_path {root}/tmp;
+    proxy_temp_path {root}/tmp;
+    fastcgi_temp_path {root}/tmp;
+    uwsgi_temp_path {root}/tmp;
+    scgi_temp_path {root}/tmp;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root}/www;
+    }}
+}}
+""")
+        os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
+        self.process = subprocess.Popen(
+            ["nginx", "-p", root, "-e", os.path.join(root, "error.log"), "-c", conf, "-g", "daemon off;"]
+        )
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise SystemExit("nginx did not start")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def tools(haul, jobs, large):
+    aria = "--allow-overwrite=true --auto-file-renaming=false --file-allocation=none --console-log-level=warn " \
+           "--summary-interval=0"
+    result = [
+        ("haul", f"{haul} get -i {{list}} -d {{dir}} -j {jobs} -q --state {{state}}"),
+        ("haul (no state)", f"{haul} get -i {{list}} -d {{dir}} -j {jobs} -q --no-state"),
+        ("curl", f"sed 's/.*/url = \"&\"/' {{list}} | curl --no-progress-meter --fail --parallel "
+                 f"--parallel-max {jobs} --remote-name-all --output-dir {{dir}} -K -"),
+        ("wget2", f"wget2 -q --max-threads={jobs} -i {{list}} -P {{dir}}"),
+        ("aria2c", f"aria2c -i {{list}} -d {{dir}} -j {jobs} {aria}"),
+    ]
+    if large:
+        result.append(("curl -> /dev/null (1 file)", "curl -s --fail -o /dev/null $(head -n1 {list})"))
+    return result
+
+
+def run_once(command, out_dir, state, timing_file):
+    os.makedirs(out_dir, exist_ok=True)
+    expanded = command.replace("{dir}", out_dir).replace("{state}", state)
+    started = time.monotonic()
+    status = subprocess.call(
+        ["/usr/bin/time", "-f", "%e %U %S %M", "-o", timing_file, "bash", "-c", expanded],
+        stdout=subprocess.DEVNULL,
+    )
+    wall = time.monotonic() - started
+    fields = open(timing_file).read().split()[-4:]
+    return {
+        "status": status,
+        "wall": wall,
+        "cpu": float(fields[1]) + float(fields[2]),
+        "rss_mib": int(fields[3]) / 1024,
+    }
+
+
+def move_aside(root, path):
+    if os.path.exists(path):
+        trash = os.path.join(root, "trash")
+        os.makedirs(trash, exist_ok=True)
+        os.rename(path, os.path.join(trash, f"{os.path.basename(path)}.{time.time_ns()}"))
+
+
+def warm(folder):
+    for name in os.listdir(folder):
+        if name.endswith(".bin"):
+            with open(os.path.join(folder, name), "rb") as f:
+                while f.read(8 << 20):
+                    pass
+
+
+def verify(source, output):
+    names = sorted(n for n in os.listdir(source) if n.endswith(".bin"))
+    for name in names:
+        target = os.path.join(output, name)
+        if not os.path.exists(target) or not filecmp.cmp(os.path.join(source, name), target, shallow=False):
+            return f"{name} differs or is missing"
+    extra = set(os.listdir(output)) - set(names)
+    return f"unexpected files: {sorted(extra)[:3]}" if extra else None
+
+
+def first_start(haul, list_path, out_dir, state, jobs, timing_file):
+    """Runs haul with --json; returns (seconds to the first `started` event, total seconds, peak RSS MiB, status)."""
+    os.makedirs(out_dir, exist_ok=True)
+    started = time.monotonic()
+    process = subprocess.Popen(
+        ["/usr/bin/time", "-f", "%e %U %S %M", "-o", timing_file, haul, "get", "-i", list_path, "-d", out_dir,
+         "-j", str(jobs), "--json", "--state", state],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    first = None
+    for line in process.stdout:
+        if first is None and '"event":"started"' in line.replace(" ", ""):
+            first = time.monotonic() - started
+    status = process.wait()
+    total = time.monotonic() - started
+    fields = open(timing_file).read().split()[-4:]
+    return first, total, int(fields[3]) / 1024, status, float(fields[1]) + float(fields[2])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpora", default="small,medium,large")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("-j", "--jobs", type=int, default=16)
+    parser.add_argument("--root", default="/tmp/haul-bench")
+    parser.add_argument("--haul", default=os.path.join(PROJECT, ".build", "release", "haul"))
+    parser.add_argument("--large-mib", type=int, default=1024)
+    parser.add_argument("--only", default="", help="comma list of tool names to run (default: all)")
+    args = parser.parse_args()
+
+    root = os.path.abspath(args.root)
+    os.makedirs(root, exist_ok=True)
+    if not os.access(args.haul, os.X_OK):
+        raise SystemExit(f"no haul at {args.haul}: run `swift build -c release` first")
+    port = free_port()
+    corpora = [c for c in args.corpora.split(",") if c]
+    for corpus in corpora:
+        count, size = CORPORA[corpus]
+        generate(root, corpus, count, size or args.large_mib * 1024 * 1024)
+
+    nginx = Nginx(root, port)
+    try:
+        for corpus in corpora:
+            count, size = CORPORA[corpus]
+            size = size or args.large_mib * 1024 * 1024
+            list_path = write_list(root, corpus, count, port)
+            source = os.path.join(root, "www", corpus)
+            if corpus == "list100k":
+                out = os.path.join(root, "out", corpus)
+                move_aside(root, out)
+                state = os.path.join(root, "state", f"{corpus}.sqlite")
+                os.makedirs(os.path.dirname(state), exist_ok=True)
+                for suffix in ("", "-wal", "-shm"):
+                    if os.path.exists(state + suffix):
+                        os.remove(state + suffix)
+                first, total, rss, status, cpu = first_start(
+                    args.haul, list_path, out, state, args.jobs, os.path.join(root, "time.txt"))
+                problem = verify(source, out) if status == 0 else f"exit {status}"
+                print(f"\n## {corpus}: {count:,} URLs of {size} bytes (haul -j {args.jobs}, state on)\n")
+                print("| first request after | total | files/s | CPU s | peak RSS MiB | check |")
+                print("|---|---|---|---|---|---|")
+                print(f"| {first:.2f} s | {total:.1f} s | {count / total:,.0f} | {cpu:.1f} | {rss:.0f} | "
+                      f"{problem or 'identical'} |")
+                continue
+
+            selected = [t for t in tools(args.haul, args.jobs, corpus == "large")
+                        if not args.only or t[0] in args.only.split(",")]
+            results = {name: [] for name, _ in selected}
+            problems = {}
+            for round_number in range(args.runs):
+                for index, (name, template) in enumerate(selected):
+                    out = os.path.join(root, "out", f"{corpus}-{index}")
+                    move_aside(root, out)
+                    subprocess.call(["sync"])
+                    warm(source)
+                    state = os.path.join(root, "state", f"{corpus}-{index}-{round_number}.sqlite")
+                    os.makedirs(os.path.dirname(state), exist_ok=True)
+                    command = template.replace("{list}", list_path)
+                    result = run_once(command, out, state, os.path.join(root, "time.txt"))
+                    results[name].append(result)
+                    if result["status"] != 0:
+                        problems[name] = f"exit {result['status']}"
+                    if round_number == args.runs - 1 and "/dev/null" not in name and name not in problems:
+                        problem = verify(source, out)
+                        if problem:
+                            problems[name] = problem
+                print(f"round {round_number + 1}/{args.runs} of {corpus} done", file=sys.stderr)
+
+            mib = count * size / 1e6
+            base = statistics.median(r["wall"] for r in results["haul"]) if "haul" in results else None
+            print(f"\n## {corpus}: {count} x {size // 1024} KiB, -j {args.jobs}, {args.runs} interleaved runs, "
+                  f"medians\n")
+            print("| tool | wall s | files/s | MB/s | CPU s | CPU s/GiB | peak RSS MiB | time / haul's | check |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            for name, runs in results.items():
+                wall = statistics.median(r["wall"] for r in runs)
+                cpu = statistics.median(r["cpu"] for r in runs)
+                rss = max(r["rss_mib"] for r in runs)
+                gib = count * size / (1 << 30)
+                ratio = f"{wall / base:.2f}" if base else "-"
+                print(f"| {name} | {wall:.3f} | {count / wall:,.0f} | {mib / wall:,.0f} | {cpu:.2f} | "
+                      f"{cpu / gib:.2f} | {rss:.1f} | {ratio} | {problems.get(name, 'identical')} |")
+            sys.stdout.flush()
+    finally:
+        nginx.stop()
+        shutil.rmtree(os.path.join(root, "trash"), ignore_errors=True)
+        shutil.rmtree(os.path.join(root, "out"), ignore_errors=True)
+        shutil.rmtree(os.path.join(root, "state"), ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
