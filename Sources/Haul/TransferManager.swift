@@ -107,7 +107,7 @@ public final class TransferManager: Sendable {
                 core.sampleProgress(at: .now)
                 return core.isShutDown
             }
-            self.storeWriter?.flush()
+            self.storeWriter?.flushInBackground()
             if isShutDown { return }
         }
     }
@@ -123,7 +123,7 @@ public final class TransferManager: Sendable {
     /// With a store, claims the transfer's lease first (another process may hold it, or have completed the file);
     /// then runs the attempt beside its stop signal.
     private func claimAndRun(_ plan: Download.Plan, signal: StopSignal) async -> Download.AttemptOutcome {
-        switch self.storeWriter?.claim(plan.id) ?? .claimed {
+        switch await self.storeWriter?.claim(plan.id) ?? .claimed {
         case .claimed:
             break
         case .heldElsewhere:
@@ -418,10 +418,11 @@ extension TransferManager: Download.Observer {
         self.core.withLockedValue { $0.restarted(id, reason: reason) }
     }
 
-    func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) {
-        // Synchronous, outside the lock, with everything queued before it: the record must be on disk before the
-        // rename, or a process killed right after the rename would download the file again under another name.
-        self.storeWriter?.flush(adding: .publishing(id, finalPath: path.path, size: byteCount))
+    func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) async {
+        // Written before it returns, outside the lock, with everything queued before it: the record must be in the
+        // database before the rename, or a process killed right after the rename would download the file again
+        // under another name. It suspends while the database works; it does not block a thread.
+        await self.storeWriter?.flushAndWait(adding: .publishing(id, finalPath: path.path, size: byteCount))
     }
 
 }

@@ -53,7 +53,7 @@ struct TransferStoreTests {
                 .insertItem(batchID: batch, position: 1, row: self.row("b")),
             ]
         )
-        _ = try store.claim("a", owner: "A", pending: [])
+        _ = try store.database.write { try store.claim("a", owner: "A", in: $0) }
         try store.apply(
             owner: "A",
             [
@@ -108,7 +108,8 @@ struct TransferStoreTests {
     @Test func aSecondSubmissionKeepsWhatTheFirstLearned() throws {
         let store = try TransferStore()
         let first = try store.createBatch()
-        _ = try store.claim("a", owner: "A", pending: [.insertItem(batchID: first, position: 0, row: self.row("a"))])
+        try store.apply(owner: "A", [.insertItem(batchID: first, position: 0, row: self.row("a"))])
+        _ = try store.database.write { try store.claim("a", owner: "A", in: $0) }
         try store.apply(
             owner: "A",
             [
@@ -135,22 +136,29 @@ struct TransferStoreTests {
         let store = try TransferStore()
         let batch = try store.createBatch()
         let insert = StoreOperation.insertItem(batchID: batch, position: 0, row: self.row("a"))
-        guard case .claimed = try store.claim("a", owner: "A", pending: [insert]) else {
+        try store.apply(owner: "A", [insert])
+        guard case .claimed = try store.database.write({ try store.claim("a", owner: "A", in: $0) }) else {
             Issue.record("A claims"); return
         }
-        guard case .heldElsewhere = try store.claim("a", owner: "B", pending: []) else {
+        guard case .heldElsewhere = try store.database.write({ try store.claim("a", owner: "B", in: $0) }) else {
             Issue.record("B waits"); return
         }
-        guard case .claimed = try store.claim("a", owner: "A", pending: []) else { Issue.record("A again"); return }
+        guard case .claimed = try store.database.write({ try store.claim("a", owner: "A", in: $0) }) else {
+            Issue.record("A again"); return
+        }
 
         try store.apply(owner: "B", [.state("a", .failed, attempts: 9)])
         #expect(try store.transfer("a")?.state == "waiting", "only the lease holder writes the row")
 
         try store.apply(owner: "A", [.state("a", .paused, attempts: 1)])
-        guard case .claimed = try store.claim("a", owner: "B", pending: []) else { Issue.record("released"); return }
+        guard case .claimed = try store.database.write({ try store.claim("a", owner: "B", in: $0) }) else {
+            Issue.record("released"); return
+        }
 
         try store.database.write { try $0.execute(sql: "UPDATE transfer SET leaseExpires = 0") }
-        guard case .claimed = try store.claim("a", owner: "C", pending: []) else { Issue.record("expired"); return }
+        guard case .claimed = try store.database.write({ try store.claim("a", owner: "C", in: $0) }) else {
+            Issue.record("expired"); return
+        }
     }
 
     @Test func aLeaseOfAProcessThatIsGoneIsFreeAtOnce() throws {
@@ -158,18 +166,18 @@ struct TransferStoreTests {
         let batch = try store.createBatch()
         // A pid that cannot be running: above the kernel's maximum.
         let dead = "\(LeaseOwner.hostName())/2147483000/x"
-        guard
-            case .claimed = try store.claim(
-                "a",
-                owner: dead,
-                pending: [.insertItem(batchID: batch, position: 0, row: self.row("a"))]
-            )
-        else { Issue.record("the first claim"); return }
-        guard case .claimed = try store.claim("a", owner: LeaseOwner.current(), pending: []) else {
+        try store.apply(owner: dead, [.insertItem(batchID: batch, position: 0, row: self.row("a"))])
+        guard case .claimed = try store.database.write({ try store.claim("a", owner: dead, in: $0) }) else {
+            Issue.record("the first claim")
+            return
+        }
+        let current = LeaseOwner.current()
+        guard case .claimed = try store.database.write({ try store.claim("a", owner: current, in: $0) }) else {
             Issue.record("a dead holder's lease is taken over")
             return
         }
-        guard case .heldElsewhere = try store.claim("a", owner: "elsewhere/1/y", pending: []) else {
+        guard case .heldElsewhere = try store.database.write({ try store.claim("a", owner: "elsewhere/1/y", in: $0) })
+        else {
             Issue.record("a live (or remote) holder's lease is respected")
             return
         }

@@ -27,19 +27,25 @@ package struct PartialFile: ~Copyable {
 
     /// Opens (creating it, with its folders) the partial file at `path`; its current size is where writing resumes.
     package init(openingAt path: URL) throws(HaulError) {
-        do {
-            try FileManager.default.createDirectory(
-                at: path.deletingLastPathComponent(),
-                withIntermediateDirectories: true
-            )
-        } catch {
-            throw HaulError(
-                .fileSystem,
-                "Cannot create the folder \(path.deletingLastPathComponent().path)",
-                underlying: error
-            )
+        let flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC
+        var descriptor = open(path.path, flags, 0o644)
+        if descriptor < 0, errno == ENOENT {
+            // The folder is missing: create it (and its parents) once, then open again. Not done up front: a
+            // batch opens thousands of files in folders that exist, and each check is a system call.
+            do {
+                try FileManager.default.createDirectory(
+                    at: path.deletingLastPathComponent(),
+                    withIntermediateDirectories: true
+                )
+            } catch {
+                throw HaulError(
+                    .fileSystem,
+                    "Cannot create the folder \(path.deletingLastPathComponent().path)",
+                    underlying: error
+                )
+            }
+            descriptor = open(path.path, flags, 0o644)
         }
-        let descriptor = open(path.path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else { throw .posix("Cannot open \(path.path)") }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {

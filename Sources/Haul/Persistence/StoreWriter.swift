@@ -1,4 +1,6 @@
+import Dispatch
 import Foundation
+import GRDB
 import NIOConcurrencyHelpers
 
 /// Writes the manager's changes to the store behind it: operations queue in memory (cheap, under the manager's
@@ -13,42 +15,123 @@ package final class StoreWriter: Sendable {
     let store: TransferStore
     /// This manager's name in leases: unique per manager, so two processes (or two managers) never share one.
     let owner = LeaseOwner.current()
-    private let pending = NIOLockedValueBox<[StoreOperation]>([])
+    private let state = NIOLockedValueBox(State())
     private let lastErrorBox = NIOLockedValueBox<(any Error)?>(nil)
+
+    /// Something to do in a write transaction, after the operations queued before it.
+    private struct Job: Sendable {
+        var operations: [StoreOperation]
+        var body: @Sendable (Database) throws -> Void
+        var completion: @Sendable () -> Void
+    }
+
+    private struct State: Sendable {
+        /// Operations queued since the last job took them.
+        var pending: [StoreOperation] = []
+        /// Jobs waiting for the running transaction to end.
+        var jobs: [Job] = []
+        /// Whether a transaction is scheduled or running.
+        var isWriting = false
+    }
 
     package init(store: TransferStore) { self.store = store }
 
     /// Queues an operation.
     package func enqueue(_ operation: StoreOperation) {
-        self.pending.withLockedValue { $0.append(operation) }
+        self.state.withLockedValue { $0.pending.append(operation) }
     }
 
-    /// Writes what is queued now, and then `last`, in one transaction.
+    /// Writes what is queued now, and then `last`, in one transaction, and waits until it is written. Blocks its
+    /// thread: for the end of a manager's scope and for benchmarks, not for transfers.
     package func flush(adding last: StoreOperation? = nil) {
-        var operations = self.pending.withLockedValue { pending in
-            defer { pending = [] }
-            return pending
-        }
-        if let last { operations.append(last) }
-        do {
-            try self.store.apply(owner: self.owner, operations)
-        } catch {
-            self.lastErrorBox.withLockedValue { $0 = error }
+        let done = DispatchSemaphore(value: 0)
+        self.submit(adding: last.map { [$0] } ?? [], then: { _ in }) { _ in done.signal() }
+        done.wait()
+    }
+
+    /// Starts writing what is queued now, in one transaction, and returns at once (the periodic flush).
+    func flushInBackground() {
+        self.submit(adding: [], then: { _ in }) { _ in }
+    }
+
+    /// Writes what is queued now and then `last`, in one transaction, suspending (not blocking) until it is written.
+    func flushAndWait(adding last: StoreOperation) async {
+        await withCheckedContinuation { continuation in
+            self.submit(adding: [last], then: { _ in }) { _ in continuation.resume() }
         }
     }
 
-    /// Claims a transfer before its request, writing what is queued first (the transfer's row among it).
-    func claim(_ id: TransferID) -> TransferStore.Claim {
-        let operations = self.pending.withLockedValue { pending in
-            defer { pending = [] }
-            return pending
+    /// Claims a transfer before its request, writing what is queued first (the transfer's row among it); suspends,
+    /// never blocks, while the database works.
+    func claim(_ id: TransferID) async -> TransferStore.Claim {
+        let owner = self.owner
+        let store = self.store
+        let result = await withCheckedContinuation { continuation in
+            self.submit(adding: [], then: { db in try store.claim(id, owner: owner, in: db) }) {
+                continuation.resume(returning: $0)
+            }
         }
-        do {
-            return try self.store.claim(id, owner: self.owner, pending: operations)
-        } catch {
-            // The store is unusable: record why, and download rather than fail (the files are the priority).
-            self.lastErrorBox.withLockedValue { $0 = error }
-            return .claimed
+        // The store is unusable: its error is recorded; download rather than fail (the files are the priority).
+        return (try? result.get()) ?? .claimed
+    }
+
+    /// Takes the queued operations and schedules them, then `extra`, then `body`, as a job; nothing waits here.
+    ///
+    /// Jobs run in the order they were submitted (taking the operations and queueing the job happen under one lock).
+    /// While a transaction runs, new jobs wait and then share the next one: a group commit, so sixteen transfers
+    /// finishing at once cost one or two transactions, not sixteen.
+    private func submit<T: Sendable>(
+        adding extra: [StoreOperation],
+        then body: @escaping @Sendable (Database) throws -> T,
+        completion: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        let result = NIOLockedValueBox<Result<T, any Error>?>(nil)
+        let job = Job(
+            operations: [],
+            body: { db in
+                do {
+                    let value = try body(db)
+                    result.withLockedValue { $0 = .success(value) }
+                } catch {
+                    result.withLockedValue { $0 = .failure(error) }
+                    throw error
+                }
+            },
+            completion: {
+                completion(result.withLockedValue { $0 } ?? .failure(CancellationError()))
+            }
+        )
+        let startsWriting = self.state.withLockedValue { state -> Bool in
+            var job = job
+            job.operations = state.pending + extra
+            state.pending = []
+            state.jobs.append(job)
+            defer { state.isWriting = true }
+            return !state.isWriting
+        }
+        if startsWriting { self.writeQueuedJobs() }
+    }
+
+    /// Runs every queued job in one transaction on the database's writer queue, then the jobs queued meanwhile.
+    private func writeQueuedJobs() {
+        let jobs = self.state.withLockedValue { state in
+            defer { state.jobs = [] }
+            return state.jobs
+        }
+        let owner = self.owner
+        self.store.database.asyncWrite { db in
+            for job in jobs {
+                for operation in job.operations { try operation.apply(db, owner: owner) }
+                try job.body(db)
+            }
+        } completion: { _, result in
+            if case .failure(let error) = result { self.lastErrorBox.withLockedValue { $0 = error } }
+            for job in jobs { job.completion() }
+            let more = self.state.withLockedValue { state -> Bool in
+                state.isWriting = !state.jobs.isEmpty
+                return state.isWriting
+            }
+            if more { self.writeQueuedJobs() }
         }
     }
 

@@ -106,10 +106,19 @@ public final class TransferStore: Sendable {
         case completedElsewhere(CompletedFile)
     }
 
-    /// Claims a transfer for `owner` before a request is made for it, after writing `pending` (so the row exists).
-    func claim(_ id: TransferID, owner: String, pending: [StoreOperation]) throws -> Claim {
-        try self.database.write { db in
-            for operation in pending { try operation.apply(db, owner: owner) }
+    /// Claims a transfer for `owner` before a request is made for it, inside a write transaction.
+    func claim(_ id: TransferID, owner: String, in db: Database) throws -> Claim {
+        // The common case in one statement: the row is not completed and its lease is free, ours, or expired.
+        let now = Date().timeIntervalSince1970
+        try db.executeCached(
+            sql: """
+                UPDATE transfer SET leaseOwner = ?, leaseExpires = ?
+                WHERE id = ? AND state != 'completed' AND (leaseOwner IS NULL OR leaseOwner = ? OR leaseExpires < ?)
+                """,
+            arguments: [owner, now + Self.leaseDuration, id.rawValue, owner, now]
+        )
+        if db.changesCount > 0 { return .claimed }
+        do {
             if let row = try TransferRow.fetchOne(
                 db.cachedStatement(sql: "SELECT * FROM transfer WHERE id = ?"),
                 arguments: [id.rawValue]

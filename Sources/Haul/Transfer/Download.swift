@@ -102,7 +102,7 @@ extension Download {
         func responseAccepted(_ id: TransferID, validator: Validator, expectedBytes: Int64?, receivedBytes: Int64)
         func restarted(_ id: TransferID, reason: String)
         /// The finished file is about to be renamed to `path`; returns once that is recorded (synchronously).
-        func willPublish(_ id: TransferID, at path: URL, byteCount: Int64)
+        func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) async
     }
 
     /// Runs one attempt to completion, failure or stop; never throws.
@@ -359,7 +359,7 @@ extension Download {
             throw HaulError(.validationFailed, "The file validator rejected the file", httpStatus: status)
         }
         let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : sha256Digester?.finalize()
-        return try self.publish(plan, byteCount: byteCount, sha256: sha256, observer: observer)
+        return try await self.publish(plan, byteCount: byteCount, sha256: sha256, observer: observer)
     }
 
     /// Discards the partial file and tries once more from zero, or fails when that was the second try.
@@ -383,7 +383,9 @@ extension Download {
 
     /// The outcome when the final file exists and the policy keeps it; `nil` when downloading should go on.
     private static func existingFileOutcome(_ path: URL, _ plan: Plan) -> AttemptOutcome? {
-        guard PartialFile.exists(path) else { return nil }
+        // Only skip and fail look before downloading (rename and overwrite decide when publishing): no system call
+        // per file for the others.
+        guard plan.conflictPolicy == .skip || plan.conflictPolicy == .fail, PartialFile.exists(path) else { return nil }
         if plan.conflictPolicy == .skip { return .skipped(existing: path) }
         if plan.conflictPolicy == .fail {
             return .failed(HaulError(.fileExists, "\(path.path) exists (conflict policy: fail)"))
@@ -401,7 +403,7 @@ extension Download {
         byteCount: Int64,
         sha256: String?,
         observer: some Observer
-    ) throws -> AttemptOutcome {
+    ) async throws -> AttemptOutcome {
         let part = plan.partPath
         var components = plan.nameComponents
         let name = components.removeLast()
@@ -418,15 +420,20 @@ extension Download {
         }
 
         if plan.conflictPolicy == .overwrite {
-            observer.willPublish(plan.id, at: path(name), byteCount: byteCount)
+            await observer.willPublish(plan.id, at: path(name), byteCount: byteCount)
             try PartialFile.publishReplacing(part, at: path(name))
             return completed(path(name))
         }
         // Lazily: most files take the first name, and building 10,000 names per file costs more than the download.
         let numbered = plan.conflictPolicy == .rename ? 9_999 : 0
         let candidates = (0...numbered).lazy.map { $0 == 0 ? name : FileNaming.numbered(name, $0) }
-        for candidate in candidates where !PartialFile.exists(path(candidate)) {
-            observer.willPublish(plan.id, at: path(candidate), byteCount: byteCount)
+        // Under rename, the first name is tried without looking (the no-replace rename says if it is taken: one
+        // system call for most files); other names, and every name under skip and fail, are looked at first, so that
+        // the store records a name that was free.
+        let tryFirstBlind = plan.conflictPolicy == .rename
+        for (index, candidate) in candidates.enumerated()
+        where (index == 0 && tryFirstBlind) || !PartialFile.exists(path(candidate)) {
+            await observer.willPublish(plan.id, at: path(candidate), byteCount: byteCount)
             if try PartialFile.publishWithoutReplacing(part, at: path(candidate)) { return completed(path(candidate)) }
         }
         PartialFile.remove(part)
