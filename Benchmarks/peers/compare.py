@@ -166,8 +166,11 @@ def run_once(command, out_dir, state, timing_file):
     }
 
 
-def move_aside(root, path):
-    if os.path.exists(path):
+def move_aside(root, path, many_files=True):
+    """Moves the previous output aside (deleted at the end) when it has many files; deletes it otherwise."""
+    if os.path.exists(path) and not many_files:
+        shutil.rmtree(path)
+    elif os.path.exists(path):
         trash = os.path.join(root, "trash")
         os.makedirs(trash, exist_ok=True)
         os.rename(path, os.path.join(trash, f"{os.path.basename(path)}.{time.time_ns()}"))
@@ -263,7 +266,7 @@ def main():
             for round_number in range(args.runs):
                 for index, (name, template) in enumerate(selected):
                     out = os.path.join(root, "out", f"{corpus}-{index}")
-                    move_aside(root, out)
+                    move_aside(root, out, many_files=count >= 1000)
                     subprocess.call(["sync"])
                     warm(source)
                     state = os.path.join(root, "state", f"{corpus}-{index}-{round_number}.sqlite")

@@ -21,6 +21,8 @@ public final class TransferManager: Sendable {
     let storeWriter: StoreWriter?
     private let starts: AsyncStream<TransferID>
     private let deliveries: AsyncStream<ObserverMailbox>
+    /// Fired when the scope ends, so the progress ticker stops at once instead of finishing its interval.
+    private let tickerStop = StopSignal()
 
     private init(configuration: Configuration, client: HTTPClient) {
         self.configuration = configuration
@@ -102,7 +104,7 @@ public final class TransferManager: Sendable {
     private func sampleProgress() async {
         let interval = max(self.configuration.progressInterval, .milliseconds(1))
         while true {
-            try? await Task.sleep(for: interval)
+            await self.tickerStop.wait(upTo: interval)
             let isShutDown = self.core.withLockedValue { core in
                 core.sampleProgress(at: .now)
                 return core.isShutDown
@@ -161,6 +163,7 @@ public final class TransferManager: Sendable {
             core.shutDown(aftermath: &aftermath)
             core.starts.finish()
         }
+        self.tickerStop.fire()
     }
 
     /// Changes the state under the lock, then performs what must happen outside it.
