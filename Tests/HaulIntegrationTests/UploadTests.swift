@@ -259,13 +259,14 @@ struct UploadTests {
     @Test func anUploadTheServerStopsReadingFailsAfterTheIdleTimeoutThoughALongerUploadMayTakeLonger() async throws {
         try await FaultInjectingServer.withServer { server in
             try await withTemporaryDirectory { folder in
-                let files = try Self.makeFiles([40_000_000, 3_000_000], in: folder)
+                let files = try Self.makeFiles([40_000_000, 5_000_000], in: folder)
                 server.setUploadFaults([.stall(afterBytes: 1_000_000)], at: "/stalled")
                 var configuration = TransferManager.Configuration.testing()
-                configuration.idleTimeout = .seconds(2)
+                // Long enough that a loaded machine (the whole suite runs at once) does not look stalled.
+                configuration.idleTimeout = .seconds(4)
                 configuration.connectTimeout = .milliseconds(200)
                 configuration.retryPolicy.maximumAttempts = 1
-                // 3 MB at 1 MB/s: three seconds, longer than the connect and idle timeouts together.
+                // 5 MB at 1 MB/s: five seconds, longer than the connect and idle timeouts together.
                 configuration.bandwidthLimit = 1_000_000
                 let started = ContinuousClock.now
                 let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
@@ -275,7 +276,10 @@ struct UploadTests {
                     ]).report()
                 }
                 #expect(report.errors["stalled"]?.code == .timedOut)
-                #expect(report.completed.map(\.item.id) == ["slow"])
+                #expect(
+                    report.completed.map(\.item.id) == ["slow"],
+                    "\(report.errors["slow"].map(String.init(describing:)) ?? "")"
+                )
                 let uploadedWhole = server.uploads["/slow"]?.body == files[1].bytes
                 #expect(uploadedWhole)
                 #expect(ContinuousClock.now - started < .seconds(60))

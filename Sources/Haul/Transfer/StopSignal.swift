@@ -21,7 +21,8 @@ final class StopSignal: Sendable {
         continuation?.resume()
     }
 
-    /// Returns when the signal fires or the calling task is cancelled.
+    /// Returns when the signal fires or the calling task is cancelled (which does not fire it: the signal can be
+    /// waited for again).
     func wait() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -35,7 +36,12 @@ final class StopSignal: Sendable {
                 if resumeNow { continuation.resume() }
             }
         } onCancel: {
-            self.fire()
+            let continuation: CheckedContinuation<Void, Never>? = self.state.withLockedValue { state in
+                guard case .waiting(let continuation) = state else { return nil }
+                state = .idle
+                return continuation
+            }
+            continuation?.resume()
         }
     }
 
