@@ -282,7 +282,6 @@ def main():
                             problems[name] = problem
                 print(f"round {round_number + 1}/{args.runs} of {corpus} done", file=sys.stderr)
 
-            mib = count * size / 1e6
             base = statistics.median(r["wall"] for r in results["haul"]) if "haul" in results else None
             print(f"\n## {corpus}: {count} x {size // 1024} KiB, -j {args.jobs}, {args.runs} interleaved runs, "
                   f"medians\n")
@@ -292,9 +291,10 @@ def main():
                 wall = statistics.median(r["wall"] for r in runs)
                 cpu = statistics.median(r["cpu"] for r in runs)
                 rss = max(r["rss_mib"] for r in runs)
-                gib = count * size / (1 << 30)
+                files = 1 if "(1 file)" in name else count
+                gib = files * size / (1 << 30)
                 ratio = f"{wall / base:.2f}" if base else "-"
-                print(f"| {name} | {wall:.3f} | {count / wall:,.0f} | {mib / wall:,.0f} | {cpu:.2f} | "
+                print(f"| {name} | {wall:.3f} | {files / wall:,.0f} | {files * size / 1e6 / wall:,.0f} | {cpu:.2f} | "
                       f"{cpu / gib:.2f} | {rss:.1f} | {ratio} | {problems.get(name, 'identical')} |")
             sys.stdout.flush()
     finally:
