@@ -286,4 +286,30 @@ struct UploadTests {
             }
         }
     }
+
+    @Test func aStoredUploadBatchIsContinuedByAnotherManagerWithoutSendingWhatWasUploaded() async throws {
+        try await FaultInjectingServer.withServer { server in
+            try await withTemporaryDirectory { folder in
+                let files = try Self.makeFiles([30_000, 40_000, 50_000], in: folder)
+                server.setUploadFaults([.status(403)], at: "/k1")
+                var configuration = TransferManager.Configuration.testing()
+                configuration.store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let first = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.enqueue(
+                        files.enumerated().map { .upload(file: $1.url, to: server.url("/k\($0)"), method: .multipart()) }
+                    ).report()
+                }
+                #expect(first.completed.count == 2)
+                let resumed = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.resumeStoredBatch(first.batchID).report()
+                }
+                #expect(resumed.isSuccess)
+                #expect(resumed.items.count == 3)
+                #expect(server.requests.dropFirst(3).map(\.path) == ["/k1"], "only the failed upload is sent again")
+                #expect(server.uploads["/k1"]?.field == "file", "the method and field come back from the store")
+                let sentAgain = server.uploads["/k1"]?.body == files[1].bytes
+                #expect(sentAgain)
+            }
+        }
+    }
 }
