@@ -62,13 +62,7 @@ struct Get: AsyncParsableCommand {
         guard ConflictPolicy(name: self.onConflict) != nil else {
             throw ValidationError("--on-conflict must be rename, overwrite, skip or fail.")
         }
-        for (index, url) in self.urls.enumerated() {
-            do {
-                _ = try InputFileParser.url(url, lineNumber: index + 1)
-            } catch {
-                throw ValidationError("Argument \(index + 1): \(error.message)")
-            }
-        }
+        try InputFileParser.validateArguments(self.urls)
     }
 
     func run() async throws {

@@ -37,13 +37,7 @@ struct Remove: AsyncParsableCommand {
         guard !self.urls.isEmpty || self.inputFile != nil else {
             throw ValidationError("Give at least one URL, or an input file with -i.")
         }
-        for (index, url) in self.urls.enumerated() {
-            do {
-                _ = try InputFileParser.url(url, lineNumber: index + 1)
-            } catch {
-                throw ValidationError("Argument \(index + 1): \(error.message)")
-            }
-        }
+        try InputFileParser.validateArguments(self.urls)
     }
 
     func run() async throws {

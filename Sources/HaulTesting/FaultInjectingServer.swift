@@ -320,25 +320,7 @@ public final class FaultInjectingServer: Sendable {
             fault: Fault?,
             context: ChannelHandlerContext
         ) {
-            switch fault {
-            case .status(let code):
-                self.sendText(
-                    status: HTTPResponseStatus(statusCode: code),
-                    "injected status \(code)\n",
-                    context: context
-                )
-                return
-            case .retryAfter(let code, let value):
-                self.sendText(
-                    status: HTTPResponseStatus(statusCode: code),
-                    "slow down\n",
-                    headers: ["Retry-After": value],
-                    context: context
-                )
-                return
-            default:
-                break
-            }
+            if self.sendInjectedStatus(fault, context: context) { return }
             let key = Self.key(head.uri)
             let contentType = head.headers.first(name: "content-type")
             switch head.method {
@@ -368,6 +350,29 @@ public final class FaultInjectingServer: Sendable {
                     return state.uploads[key] != nil
                 }
                 self.sendText(status: existed ? .noContent : .created, existed ? "" : "created\n", context: context)
+            }
+        }
+
+        /// Answers with the status a `.status` or `.retryAfter` fault asks for; `false` for other faults.
+        private func sendInjectedStatus(_ fault: Fault?, context: ChannelHandlerContext) -> Bool {
+            switch fault {
+            case .status(let code):
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code),
+                    "injected status \(code)\n",
+                    context: context
+                )
+                return true
+            case .retryAfter(let code, let value):
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code),
+                    "slow down\n",
+                    headers: ["Retry-After": value],
+                    context: context
+                )
+                return true
+            default:
+                return false
             }
         }
 
@@ -442,22 +447,8 @@ public final class FaultInjectingServer: Sendable {
                 self.sendText(status: .notFound, "not found\n", context: context)
                 return
             }
+            if self.sendInjectedStatus(fault, context: context) { return }
             switch fault {
-            case .status(let code):
-                self.sendText(
-                    status: HTTPResponseStatus(statusCode: code),
-                    "injected status \(code)\n",
-                    context: context
-                )
-                return
-            case .retryAfter(let code, let value):
-                self.sendText(
-                    status: HTTPResponseStatus(statusCode: code),
-                    "slow down\n",
-                    headers: ["Retry-After": value],
-                    context: context
-                )
-                return
             case .rangeNotSatisfiable(let length) where headers["range"] != nil:
                 self.sendText(
                     status: .rangeNotSatisfiable,

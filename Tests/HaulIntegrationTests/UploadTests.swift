@@ -259,14 +259,14 @@ struct UploadTests {
     @Test func anUploadTheServerStopsReadingFailsAfterTheIdleTimeoutThoughALongerUploadMayTakeLonger() async throws {
         try await FaultInjectingServer.withServer { server in
             try await withTemporaryDirectory { folder in
-                let files = try Self.makeFiles([40_000_000, 5_000_000], in: folder)
+                let files = try Self.makeFiles([40_000_000, 7_000_000], in: folder)
                 server.setUploadFaults([.stall(afterBytes: 1_000_000)], at: "/stalled")
                 var configuration = TransferManager.Configuration.testing()
                 // Long enough that a loaded machine (the whole suite runs at once) does not look stalled.
                 configuration.idleTimeout = .seconds(4)
-                configuration.connectTimeout = .milliseconds(200)
+                configuration.connectTimeout = .seconds(1)
                 configuration.retryPolicy.maximumAttempts = 1
-                // 5 MB at 1 MB/s: five seconds, longer than the connect and idle timeouts together.
+                // 7 MB at 1 MB/s: seven seconds, longer than the connect and idle timeouts together.
                 configuration.bandwidthLimit = 1_000_000
                 let started = ContinuousClock.now
                 let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
@@ -296,7 +296,9 @@ struct UploadTests {
                 configuration.store = try TransferStore(path: folder.appending(path: "state.sqlite"))
                 let first = try await TransferManager.withTransferManager(configuration: configuration) { manager in
                     try await manager.enqueue(
-                        files.enumerated().map { .upload(file: $1.url, to: server.url("/k\($0)"), method: .multipart()) }
+                        files.enumerated().map {
+                            .upload(file: $1.url, to: server.url("/k\($0)"), method: .multipart())
+                        }
                     ).report()
                 }
                 #expect(first.completed.count == 2)

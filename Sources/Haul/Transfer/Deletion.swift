@@ -19,13 +19,7 @@ enum Deletion {
     ) async -> Download.AttemptOutcome {
         await Download.outcome {
             observer.attemptStarted(plan.id, offset: 0)
-            var url = plan.url
-            var headers = plan.headers
-            if let prepare = plan.hooks.prepareRequest {
-                let prepared = await prepare(plan.id, plan.attempt, plan.url, plan.headers)
-                url = prepared.url
-                headers = prepared.headers
-            }
+            let (url, headers) = await plan.preparedRequest()
             let response = try await transport.send(.DELETE, url, headers: headers, body: nil)
             let status = Int(response.status.code)
             let answer = await HTTPTransport.drain(response)
@@ -37,9 +31,7 @@ enum Deletion {
                 }
                 throw HTTPTransport.statusError(response, body: answer)
             }
-            if let accepts = plan.hooks.acceptsStatus, !accepts(plan.id, status) {
-                throw HaulError(.httpStatus, "The status hook rejected status \(status)", httpStatus: status)
-            }
+            try plan.checkStatusHook(status)
             return .completed(CompletedFile(path: plan.url, byteCount: 0, sha256: nil, modificationTime: nil))
         }
     }

@@ -71,6 +71,20 @@ extension Download {
         var hooks: TransferManager.Hooks
         var attempt: Int
 
+        /// The URL and headers for this attempt: the caller's request provider's, when there is one.
+        func preparedRequest() async -> (url: URL, headers: [(name: String, value: String)]) {
+            guard let prepare = self.hooks.prepareRequest else { return (self.url, self.headers) }
+            let prepared = await prepare(self.id, self.attempt, self.url, self.headers)
+            return (prepared.url, prepared.headers)
+        }
+
+        /// Throws when the caller's status hook rejects a success status.
+        func checkStatusHook(_ status: Int) throws {
+            if let accepts = self.hooks.acceptsStatus, !accepts(self.id, status) {
+                throw HaulError(.httpStatus, "The status hook rejected status \(status)", httpStatus: status)
+            }
+        }
+
         /// Waits as long as the bandwidth limits ask before `bytes` more may move.
         func throttle(_ bytes: Int) async throws {
             try await self.bandwidth.consume(bytes)
@@ -164,9 +178,7 @@ extension Download {
         }
         let response = try await transport.get(requestURL, headers: headers)
         let status = Int(response.status.code)
-        if (200...299).contains(status), let accepts = plan.hooks.acceptsStatus, !accepts(plan.id, status) {
-            throw HaulError(.httpStatus, "The status hook rejected status \(status)", httpStatus: status)
-        }
+        if (200...299).contains(status) { try plan.checkStatusHook(status) }
 
         var validator = Validator(response.headers)
         var expectedBytes: Int64?

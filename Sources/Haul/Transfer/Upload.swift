@@ -44,13 +44,7 @@ enum Upload {
         observer.attemptStarted(plan.id, offset: 0)
         observer.responseAccepted(plan.id, validator: Download.Validator(), expectedBytes: size, receivedBytes: base)
 
-        var url = plan.url
-        var headers = plan.headers
-        if let prepare = plan.hooks.prepareRequest {
-            let prepared = await prepare(plan.id, plan.attempt, plan.url, plan.headers)
-            url = prepared.url
-            headers = prepared.headers
-        }
+        var (url, headers) = await plan.preparedRequest()
         let contentType = upload.contentType ?? "application/octet-stream"
         var parts = [payload]
         if let field = upload.method.multipartField {
@@ -87,9 +81,7 @@ enum Upload {
         guard (200...299).contains(status) else {
             throw HTTPTransport.statusError(response, body: answer)
         }
-        if let accepts = plan.hooks.acceptsStatus, !accepts(plan.id, status) {
-            throw HaulError(.httpStatus, "The status hook rejected status \(status)", httpStatus: status)
-        }
+        try plan.checkStatusHook(status)
         plan.progress.store(max(base, size))
         return .completed(
             CompletedFile(path: completedPath, byteCount: size, sha256: nil, modificationTime: modificationTime)

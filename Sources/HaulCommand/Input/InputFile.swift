@@ -224,3 +224,16 @@ extension InputLines {
         if let item = parser.finish() { try body(item) }
     }
 }
+
+extension InputFileParser {
+    /// Checks URLs given as arguments as the parser checks a line, naming the argument that is wrong.
+    static func validateArguments(_ urls: [String]) throws {
+        for (index, url) in urls.enumerated() {
+            do {
+                _ = try Self.url(url, lineNumber: index + 1)
+            } catch {
+                throw ValidationError("Argument \(index + 1): \(error.message)")
+            }
+        }
+    }
+}
