@@ -21,6 +21,8 @@ public final class TransferManager: Sendable {
     let storeWriter: StoreWriter?
     private let starts: AsyncStream<TransferID>
     private let deliveries: AsyncStream<ObserverMailbox>
+    /// The transfers the store knew when this manager first looked (see ``lookUp(_:)``).
+    private let storedIDs = NIOLockedValueBox<Set<String>?>(nil)
     /// Fired when the scope ends, so the progress ticker stops at once instead of finishing its interval.
     private let tickerStop = StopSignal()
 
@@ -242,9 +244,21 @@ public final class TransferManager: Sendable {
     }
 
     /// What the store knows of each request, read before the lock (a database read and a few `stat` calls each).
+    ///
+    /// The store's identifiers are read once, when the first request comes: a request that neither the store knew
+    /// then nor this manager has met costs no database read (most of a new batch). A row another process adds later is not looked up; that
+    /// process's lease keeps the two from downloading the same file at once, and its completion is found at the claim.
     func lookUp(_ requests: [TransferRequest]) -> [Persisted?] {
         guard let store = self.configuration.store else { return Array(repeating: nil, count: requests.count) }
-        return requests.map { Persisted.lookUp($0, in: store) }
+        let known = self.storedIDs.withLockedValue { ids in
+            if ids == nil { ids = (try? store.transferIDs()) ?? [] }
+            return ids!
+        }
+        // Transfers this manager has met since (a failed one submitted again) are in the store through it.
+        let met = self.core.withLockedValue { core in requests.map { core.transfers[$0.id] != nil } }
+        return zip(requests, met).map { request, met in
+            met || known.contains(request.id.rawValue) ? Persisted.lookUp(request, in: store) : nil
+        }
     }
 
     /// The last error writing to the store, if any: the transfers go on without it, so check it after a batch.

@@ -239,6 +239,11 @@ public final class TransferStore: Sendable {
         }
     }
 
+    /// The identifiers of every transfer the store knows.
+    func transferIDs() throws -> Set<String> {
+        try self.database.read { db in try Set(String.fetchCursor(db, sql: "SELECT id FROM transfer")) }
+    }
+
     func row(_ id: TransferID) throws -> TransferRow? {
         try self.database.read { db in
             try TransferRow.fetchOne(
