@@ -32,13 +32,19 @@ package final class StoreWriter: Sendable {
         var jobs: [Job] = []
         /// Whether a transaction is scheduled or running.
         var isWriting = false
+        /// Transfers whose lease this manager took when their row was inserted, and until when it may rely on it
+        /// (a margin before the lease expires); removed when something gives the lease up.
+        var leasedAtInsert: [TransferID: Double] = [:]
     }
 
     package init(store: TransferStore) { self.store = store }
 
     /// Queues an operation.
     package func enqueue(_ operation: StoreOperation) {
-        self.state.withLockedValue { $0.pending.append(operation) }
+        self.state.withLockedValue { state in
+            state.pending.append(operation)
+            if let id = operation.releasedLease { state.leasedAtInsert[id] = nil }
+        }
     }
 
     /// Writes what is queued now, and then `last`, in one transaction, and waits until it is written. Blocks its
@@ -64,6 +70,11 @@ package final class StoreWriter: Sendable {
     /// Claims a transfer before its request, writing what is queued first (the transfer's row among it); suspends,
     /// never blocks, while the database works.
     func claim(_ id: TransferID) async -> TransferStore.Claim {
+        // Leased when its row was inserted, and nothing gave the lease up since: no transaction to wait for.
+        let leased = self.state.withLockedValue { state in
+            state.leasedAtInsert.removeValue(forKey: id).map { $0 > Date().timeIntervalSince1970 } ?? false
+        }
+        if leased { return .claimed }
         let owner = self.owner
         let store = self.store
         let result = await withCheckedContinuation { continuation in
@@ -119,13 +130,32 @@ package final class StoreWriter: Sendable {
             return state.jobs
         }
         let owner = self.owner
-        self.store.database.asyncWrite { db in
+        self.store.database.asyncWrite { db -> Set<TransferID> in
+            var leased: Set<TransferID> = []
             for job in jobs {
-                for operation in job.operations { try operation.apply(db, owner: owner) }
+                for operation in job.operations {
+                    if try operation.apply(db, owner: owner), case .insertItem(_, _, let row) = operation {
+                        leased.insert(TransferID(row.id))
+                    }
+                    if let id = operation.releasedLease { leased.remove(id) }
+                }
                 try job.body(db)
             }
+            return leased
         } completion: { _, result in
-            if case .failure(let error) = result { self.lastErrorBox.withLockedValue { $0 = error } }
+            switch result {
+            case .success(let leased):
+                // Relied on until ten seconds before the lease expires; a later claim asks the database.
+                let until = Date().timeIntervalSince1970 + TransferStore.leaseDuration - 10
+                self.state.withLockedValue { state in
+                    // Operations queued meanwhile that give a lease up will run after this transaction.
+                    let later = state.pending + state.jobs.flatMap(\.operations)
+                    let released = Set(later.compactMap(\.releasedLease))
+                    for id in leased where !released.contains(id) { state.leasedAtInsert[id] = until }
+                }
+            case .failure(let error):
+                self.lastErrorBox.withLockedValue { $0 = error }
+            }
             for job in jobs { job.completion() }
             let more = self.state.withLockedValue { state -> Bool in
                 state.isWriting = !state.jobs.isEmpty

@@ -179,36 +179,47 @@ package enum StoreOperation: Sendable {
     /// Applies the operation as `owner`. The holder of a transfer's lease changes its row; while no one holds it
     /// (or the lease expired), anyone may, unless the row says completed: a manager waiting for another never
     /// overwrites the other's result. Every settled state releases the lease.
-    func apply(_ db: Database, owner: String) throws {
+    ///
+    /// - Returns: whether the operation gave `owner` the transfer's lease: an inserted row in state `waiting` is
+    ///   leased to its inserter at once (when no one else holds it), so that starting it needs no claim of its own.
+    @discardableResult
+    func apply(_ db: Database, owner: String) throws -> Bool {
         let now = Date().timeIntervalSince1970
         let mine = "(leaseOwner = ? OR ((leaseOwner IS NULL OR leaseExpires < ?) AND state != 'completed'))"
         let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
         switch self {
         case .insertItem(let batchID, let position, let row):
+            let leases = row.state == TransferState.waiting.description
             try db.executeCached(
                 sql: """
                     INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
                         usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-                        bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+                        bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner,
+                        leaseExpires)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
                     ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
                         checksum = excluded.checksum, expectedSize = excluded.expectedSize,
-                        operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = excluded.updatedAt
+                        operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
+                        updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner,
+                        leaseExpires = excluded.leaseExpires
                     WHERE \(mine)
                     """,
                 arguments: [
                     row.id, row.url, row.destinationKind, row.destinationPath, row.folder, row.nameComponents,
                     row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
                     row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
-                    row.operation, owner, now,
+                    row.operation, leases ? owner : nil, leases ? now + TransferStore.leaseDuration : nil, owner, now,
                 ]
             )
+            let leased = leases && db.changesCount > 0
             try db.executeCached(
                 sql: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)",
                 arguments: [batchID.rawValue, position, row.id]
             )
+            return leased
         case .state(let id, let state, let attempts):
-            let releases = state != .running
+            // Waiting keeps the lease the insert took (see ``insertItem``); running renews nothing here either.
+            let releases = state != .running && state != .waiting
             try db.executeCached(
                 sql: """
                     UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ?\(releases ? ", " + release : "")
@@ -265,6 +276,16 @@ package enum StoreOperation: Sendable {
                     now,
                 ]
             )
+        }
+        return false
+    }
+
+    /// The transfer whose lease this operation gives up, if it does (a settled state, a pause, a retry wait).
+    var releasedLease: TransferID? {
+        switch self {
+        case .state(let id, let state, _): state == .running || state == .waiting ? nil : id
+        case .completed(let id, _, _), .failed(let id, _, _): id
+        case .insertItem, .validator, .checkpoint, .publishing, .releaseLease: nil
         }
     }
 }
