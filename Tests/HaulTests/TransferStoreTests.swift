@@ -6,34 +6,11 @@ import Testing
 @Suite("The store")
 struct TransferStoreTests {
     func row(_ id: String, state: TransferState = .waiting) -> TransferRow {
-        TransferRow(
-            id: id,
-            url: "http://h/\(id)",
-            destinationKind: "folder",
-            destinationPath: "/tmp/x",
-            folder: "/tmp/x",
-            nameComponents: "[\"\(id)\"]",
-            usesContentDisposition: false,
-            conflictPolicy: "rename",
-            headers: "[[\"X-A\",\"1\"]]",
-            checksum: nil,
-            expectedSize: nil,
-            computesSHA256: false,
-            state: state.description,
-            bytesOnDisk: 0,
-            totalSize: nil,
-            etag: nil,
-            lastModified: nil,
-            attempts: 0,
-            finalPath: nil,
-            finalSize: nil,
-            finalModified: nil,
-            sha256: nil,
-            errorCode: nil,
-            errorMessage: nil,
-            httpStatus: nil,
-            updatedAt: 0
-        )
+        var row = TransferRow.waitingDownload(id: id, url: "http://h/\(id)", folder: "/tmp/x")
+        row.nameComponents = "[\"\(id)\"]"
+        row.headers = "[[\"X-A\",\"1\"]]"
+        row.state = state.description
+        return row
     }
 
     @Test func migratesAnEmptyDatabaseAndNamesItsMigrations() throws {

@@ -145,8 +145,8 @@ package final class StoreWriter: Sendable {
         } completion: { _, result in
             switch result {
             case .success(let leased):
-                // Relied on until ten seconds before the lease expires; a later claim asks the database.
-                let until = Date().timeIntervalSince1970 + TransferStore.leaseDuration - 10
+                // Relied on until two seconds before the lease expires; a later claim asks the database.
+                let until = Date().timeIntervalSince1970 + TransferStore.insertLeaseDuration - 2
                 self.state.withLockedValue { state in
                     // Operations queued meanwhile that give a lease up will run after this transaction.
                     let later = state.pending + state.jobs.flatMap(\.operations)

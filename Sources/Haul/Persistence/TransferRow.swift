@@ -208,7 +208,8 @@ package enum StoreOperation: Sendable {
                     row.id, row.url, row.destinationKind, row.destinationPath, row.folder, row.nameComponents,
                     row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
                     row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
-                    row.operation, leases ? owner : nil, leases ? now + TransferStore.leaseDuration : nil, owner, now,
+                    row.operation, leases ? owner : nil, leases ? now + TransferStore.insertLeaseDuration : nil, owner,
+                    now,
                 ]
             )
             let leased = leases && db.changesCount > 0

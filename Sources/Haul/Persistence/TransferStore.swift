@@ -95,6 +95,10 @@ public final class TransferStore: Sendable {
 
     /// How long a lease lasts without renewal: a process that dies frees its transfers after this long.
     static let leaseDuration: TimeInterval = 60
+    /// How long the lease taken when a waiting row is inserted lasts: long enough to cover a queue's first starts
+    /// without a claim each, short enough that another process sharing the store soon finds the rest of a long queue
+    /// free and shares the work (a transfer that starts later claims its lease as usual).
+    static let insertLeaseDuration: TimeInterval = 10
 
     /// What a claim found.
     enum Claim: Sendable {
