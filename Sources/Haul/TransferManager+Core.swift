@@ -23,9 +23,9 @@ extension TransferManager {
         var result: TransferResult?
         /// Why the partial file was discarded, each time it was.
         var restarts: [String] = []
-        /// The transfer's own bandwidth limit (without a limit, it costs one uncontended lock per chunk): every
-        /// record has one, so that a limit set while an attempt runs reaches that attempt.
-        var bandwidth = BandwidthLimiter(bytesPerSecond: nil)
+        /// The transfer's own bandwidth limit while an attempt runs (made when it starts, from the request's limit,
+        /// so that a limit set during the attempt reaches it); `nil` otherwise: no object per queued transfer.
+        var bandwidth: BandwidthLimiter?
         /// When progress was last written to the store, and how much.
         var lastCheckpoint: (at: ContinuousClock.Instant, bytes: Int64)?
 
@@ -189,7 +189,6 @@ extension TransferManager {
                 self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                 return
             }
-            if let limit = request.bandwidthLimit { newRecord.bandwidth = BandwidthLimiter(bytesPerSecond: limit) }
             if let persisted {
                 persisted.restore(into: &newRecord)
                 if let holder = persisted.staleLeaseOwner {
@@ -314,6 +313,9 @@ extension TransferManager {
             for id in ids {
                 self.transfers[id]!.machine.started()
                 self.transfers[id]!.stopSignal = StopSignal()
+                self.transfers[id]!.bandwidth = BandwidthLimiter(
+                    bytesPerSecond: self.transfers[id]!.request.bandwidthLimit
+                )
                 self.progressCells[id] = ProgressCell(self.transfers[id]!.receivedBytes)
                 self.starts.yield(id)
             }
@@ -381,6 +383,7 @@ extension TransferManager {
             }
             let action = self.transfers[id]!.machine.attemptEnded(machineOutcome, retryDelay: retryDelay)
             self.transfers[id]!.stopSignal = nil
+            self.transfers[id]!.bandwidth = nil
             if case .scheduleRetry(let delay) = action, case .failed(let error) = outcome {
                 let host = self.transfers[id]!.host
                 let signal = StopSignal()
@@ -430,7 +433,7 @@ extension TransferManager {
         mutating func setBandwidthLimit(_ bytesPerSecond: Int64?, of id: TransferID) {
             guard let record = self.transfers[id] else { return }
             self.transfers[id]!.request.bandwidthLimit = bytesPerSecond
-            record.bandwidth.setLimit(bytesPerSecond)
+            record.bandwidth?.setLimit(bytesPerSecond)
         }
 
         mutating func setPriority(_ priority: Int, of id: TransferID) {
@@ -822,18 +825,11 @@ extension TransferManager {
 
         var isEmpty: Bool { self.all.isEmpty && self.byTransfer.isEmpty }
 
-        subscript(key: Int) -> ObserverMailbox? {
-            get { self.all[key] ?? self.byTransfer.values.lazy.compactMap { $0[key] }.first }
-            set {
-                guard let mailbox = newValue else {
-                    _ = self.removeValue(forKey: key)
-                    return
-                }
-                if let id = mailbox.transfer {
-                    self.byTransfer[id, default: [:]][key] = mailbox
-                } else {
-                    self.all[key] = mailbox
-                }
+        mutating func insert(_ mailbox: ObserverMailbox, forKey key: Int) {
+            if let id = mailbox.transfer {
+                self.byTransfer[id, default: [:]][key] = mailbox
+            } else {
+                self.all[key] = mailbox
             }
         }
 

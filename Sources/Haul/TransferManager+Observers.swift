@@ -68,7 +68,7 @@ extension TransferManager {
             guard !core.isShutDown else { return nil }
             let key = core.nextSubscriberID
             core.nextSubscriberID += 1
-            core.observers[key] = mailbox
+            core.observers.insert(mailbox, forKey: key)
             core.deliveries.yield(mailbox)
             return key
         }

@@ -32,9 +32,6 @@ final class ObserverMailbox: Sendable {
         self.handler = handler
     }
 
-    /// Whether the observer wants this event.
-    func wants(_ id: TransferID) -> Bool { self.transfer == nil || self.transfer == id }
-
     /// Queues an event; never waits.
     func post(_ event: TransferEvent) {
         let waiter = self.state.withLockedValue { state -> CheckedContinuation<TransferEvent?, Never>? in

@@ -145,14 +145,7 @@ package final class StoreWriter: Sendable {
         } completion: { _, result in
             switch result {
             case .success(let leased):
-                // Relied on until two seconds before the lease expires; a later claim asks the database.
-                let until = Date().timeIntervalSince1970 + TransferStore.insertLeaseDuration - 2
-                self.state.withLockedValue { state in
-                    // Operations queued meanwhile that give a lease up will run after this transaction.
-                    let later = state.pending + state.jobs.flatMap(\.operations)
-                    let released = Set(later.compactMap(\.releasedLease))
-                    for id in leased where !released.contains(id) { state.leasedAtInsert[id] = until }
-                }
+                if !leased.isEmpty { self.recordLeases(leased) }
             case .failure(let error):
                 self.lastErrorBox.withLockedValue { $0 = error }
             }
@@ -162,6 +155,18 @@ package final class StoreWriter: Sendable {
                 return state.isWriting
             }
             if more { self.writeQueuedJobs() }
+        }
+    }
+
+    /// Remembers the leases inserts took in a transaction that just committed, except those that operations queued
+    /// meanwhile give up (they run after it). Relied on until two seconds before the lease expires; a later claim
+    /// asks the database.
+    private func recordLeases(_ leased: Set<TransferID>) {
+        let until = Date().timeIntervalSince1970 + TransferStore.insertLeaseDuration - 2
+        self.state.withLockedValue { state in
+            let later = state.pending + state.jobs.flatMap(\.operations)
+            let released = Set(later.compactMap(\.releasedLease))
+            for id in leased where !released.contains(id) { state.leasedAtInsert[id] = until }
         }
     }
 

@@ -122,41 +122,36 @@ public final class TransferStore: Sendable {
             arguments: [owner, now + Self.leaseDuration, id.rawValue, owner, now]
         )
         if db.changesCount > 0 { return .claimed }
-        do {
-            if let row = try TransferRow.fetchOne(
+        // Else: the row is completed, or someone else holds its lease.
+        guard
+            let row = try TransferRow.fetchOne(
                 db.cachedStatement(sql: "SELECT * FROM transfer WHERE id = ?"),
                 arguments: [id.rawValue]
-            ),
-                row.state == TransferState.completed.description,
-                row.leaseOwner != owner, let finalPath = row.finalPath,
-                let (size, modified) = Persisted.sizeAndModification(finalPath), size == row.finalSize,
-                modified == row.finalModified
-            {
-                return .completedElsewhere(
-                    CompletedFile(
-                        path: URL(filePath: finalPath),
-                        byteCount: size,
-                        sha256: row.sha256,
-                        modificationTime: modified
-                    )
+            )
+        else { return .claimed }
+        if row.state == TransferState.completed.description, row.leaseOwner != owner, let finalPath = row.finalPath,
+            let (size, modified) = Persisted.sizeAndModification(finalPath), size == row.finalSize,
+            modified == row.finalModified
+        {
+            return .completedElsewhere(
+                CompletedFile(
+                    path: URL(filePath: finalPath),
+                    byteCount: size,
+                    sha256: row.sha256,
+                    modificationTime: modified
                 )
-            }
-            let now = Date().timeIntervalSince1970
-            let holder = try String.fetchOne(
-                db.cachedStatement(sql: "SELECT leaseOwner FROM transfer WHERE id = ?"),
-                arguments: [id.rawValue]
             )
-            // A lease whose process is gone (killed) is free at once, not only when it expires.
-            let holderIsGone = holder.map { !LeaseOwner.isAlive($0) } ?? false
-            try db.executeCached(
-                sql: """
-                    UPDATE transfer SET leaseOwner = ?, leaseExpires = ?
-                    WHERE id = ? AND (leaseOwner IS NULL OR leaseOwner = ? OR leaseExpires < ? OR ?)
-                    """,
-                arguments: [owner, now + Self.leaseDuration, id.rawValue, owner, now, holderIsGone]
-            )
-            return db.changesCount > 0 ? .claimed : .heldElsewhere
         }
+        // A lease whose process is gone (killed) is free at once, not only when it expires.
+        let holderIsGone = row.leaseOwner.map { !LeaseOwner.isAlive($0) } ?? false
+        try db.executeCached(
+            sql: """
+                UPDATE transfer SET leaseOwner = ?, leaseExpires = ?
+                WHERE id = ? AND (leaseOwner IS NULL OR leaseOwner = ? OR leaseExpires < ? OR ?)
+                """,
+            arguments: [owner, now + Self.leaseDuration, id.rawValue, owner, now, holderIsGone]
+        )
+        return db.changesCount > 0 ? .claimed : .heldElsewhere
     }
 
     // MARK: Queries

@@ -44,7 +44,8 @@ enum Upload {
         observer.attemptStarted(plan.id, offset: 0)
         observer.responseAccepted(plan.id, validator: Download.Validator(), expectedBytes: size, receivedBytes: base)
 
-        var (url, headers) = await plan.preparedRequest()
+        let (url, preparedHeaders) = await plan.preparedRequest()
+        var headers = preparedHeaders
         let contentType = upload.contentType ?? "application/octet-stream"
         var parts = [payload]
         if let field = upload.method.multipartField {
@@ -58,12 +59,12 @@ enum Upload {
         let body = UploadBody(parts: parts, progress: plan.progress, base: base, plan: plan)
         let length = body.length
         let method: HTTPMethod = upload.method.multipartField == nil ? .PUT : .POST
-        let (requestURL, requestHeaders, idle) = (url, headers, plan.idleTimeout)
+        let (requestHeaders, idle) = (headers, plan.idleTimeout)
         let response = try await withThrowingTaskGroup(of: HTTPClientResponse?.self) { group in
             group.addTask {
                 try await transport.send(
                     method,
-                    requestURL,
+                    url,
                     headers: requestHeaders,
                     body: { .stream(body, length: .known(length)) }
                 )
