@@ -27,12 +27,51 @@ public final class Batch: Sendable {
         }
     }
 
+    /// How many of the batch's items have no result yet (waiting, running, paused or waiting to retry).
+    public var unfinishedCount: Int {
+        let id = self.id
+        return self.manager.core.withLockedValue { core in core.batches[id]?.unfinishedCount ?? 0 }
+    }
+
+    /// Waits until at most `count` of the batch's items are unfinished: a producer adding a long list a window at a
+    /// time keeps the queue, and the memory it takes, bounded (`haul get -i` keeps at most 1,024 queued). Returns at
+    /// once when that is already so. Cancelling the waiting task does not end the wait early; stopping or cancelling
+    /// the batch does.
+    public func waitUntilUnfinished(atMost count: Int) async {
+        let id = self.id
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            self.manager.core.withLockedValue { core in
+                guard let batch = core.batches[id], batch.unfinishedCount > count else {
+                    continuation.resume()
+                    return
+                }
+                core.batches[id]!.roomWaiters.append((count, continuation))
+            }
+        }
+    }
+
+    /// Tells the batch how many items it will have in all, when they are added over time (a long list fed a window
+    /// at a time): until they are added, its progress counts the missing ones as files of unknown size, so the
+    /// file count and the fraction are right from the start. The report's storage is made that size at once.
+    public func expectItems(_ count: Int) {
+        let id = self.id
+        self.manager.core.withLockedValue { core in
+            guard core.batches[id] != nil else { return }
+            core.batches[id]!.tracker.expect(itemCount: count)
+            core.batches[id]!.order.reserveCapacity(count)
+            core.batches[id]!.results.reserveCapacity(count)
+        }
+    }
+
     /// Says that no more transfers will be added: the batch finishes once those in it have. Batches from
     /// ``TransferManager/enqueue(_:)-([TransferRequest])`` are sealed from the start.
     public func seal() {
         let id = self.id
         self.manager.withCore { core, aftermath in
-            core.batches[id]?.isSealed = true
+            guard core.batches[id]?.isSealed == false else { return }
+            core.batches[id]!.isSealed = true
+            // Not after a stop ended the batch (it sealed it then): the list was not added to its end.
+            core.store?.enqueue(.listComplete(id))
             core.finishIfDone(id, aftermath: &aftermath)
         }
     }

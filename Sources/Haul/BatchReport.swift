@@ -5,7 +5,16 @@ import Foundation
 public struct CompletedFile: Hashable, Sendable {
     /// Where the file is now (a download); the file that was sent (an upload of a file); the URL (a deletion, or an
     /// upload of in-memory data).
-    public var path: URL
+    public var path: URL {
+        get {
+            switch self.location {
+            case .url(let url): url
+            case .inFolder(let folder, let relativePath):
+                folder.appending(path: relativePath, directoryHint: .notDirectory)
+            }
+        }
+        set { self.location = .url(newValue) }
+    }
     /// Its size in bytes (0 for a deletion).
     public var byteCount: Int64
     /// Its SHA-256 in lower-case hex, when a SHA-256 checksum was given or hashing was asked for.
@@ -13,16 +22,44 @@ public struct CompletedFile: Hashable, Sendable {
     /// Its modification time when it was published (seconds since 1970): how a later run tells it is unchanged.
     var modificationTime: Double?
 
+    /// How ``path`` is kept. A downloaded file keeps its folder (one `URL` shared by every file in it) and its path
+    /// in it: a parsed `URL` takes about 430 bytes, and a batch of 100,000 files keeps 100,000 results.
+    private enum Location: Sendable {
+        case url(URL)
+        case inFolder(URL, String)
+    }
+
+    private var location: Location
+
     /// Creates a value (for tests and adapters; the manager makes its own).
     public init(path: URL, byteCount: Int64, sha256: String?) {
         self.init(path: path, byteCount: byteCount, sha256: sha256, modificationTime: nil)
     }
 
     init(path: URL, byteCount: Int64, sha256: String?, modificationTime: Double?) {
-        self.path = path
+        self.location = .url(path)
         self.byteCount = byteCount
         self.sha256 = sha256
         self.modificationTime = modificationTime
+    }
+
+    /// A file at `relativePath` (components joined by `/`) in `folder`.
+    init(folder: URL, relativePath: String, byteCount: Int64, sha256: String?, modificationTime: Double?) {
+        self.location = .inFolder(folder, relativePath)
+        self.byteCount = byteCount
+        self.sha256 = sha256
+        self.modificationTime = modificationTime
+    }
+
+    public static func == (lhs: CompletedFile, rhs: CompletedFile) -> Bool {
+        lhs.byteCount == rhs.byteCount && lhs.sha256 == rhs.sha256 && lhs.modificationTime == rhs.modificationTime
+            && lhs.path == rhs.path
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(self.path)
+        hasher.combine(self.byteCount)
+        hasher.combine(self.sha256)
     }
 }
 
@@ -56,7 +93,13 @@ public struct BatchReport: Sendable {
         /// The transfer's identifier.
         public var id: TransferID
         /// The URL it was fetched from.
-        public var url: URL
+        public var url: URL {
+            get { URL(string: self.urlText) ?? URL(filePath: self.urlText) }
+            set { self.urlText = newValue.absoluteString }
+        }
+        /// The URL as text: a report of 100,000 items keeps 100,000 of them, and a parsed `URL` takes about 430
+        /// bytes, its text about 100.
+        var urlText: String
         /// How it ended.
         public var result: TransferResult
         /// How many requests it took (retries included; 0 when it never started).
@@ -66,8 +109,12 @@ public struct BatchReport: Sendable {
 
         /// Creates a line (for tests and adapters; the manager makes its own).
         public init(id: TransferID, url: URL, result: TransferResult, attempts: Int = 0, restarts: [String] = []) {
+            self.init(id: id, urlText: url.absoluteString, result: result, attempts: attempts, restarts: restarts)
+        }
+
+        init(id: TransferID, urlText: String, result: TransferResult, attempts: Int, restarts: [String]) {
             self.id = id
-            self.url = url
+            self.urlText = urlText
             self.result = result
             self.attempts = attempts
             self.restarts = restarts
@@ -84,6 +131,32 @@ public struct BatchReport: Sendable {
     public var batchID: BatchID
     /// Every transfer of the batch, in the order it was added.
     public var items: [Item]
+
+    /// How many items ended each way, and the bytes of the completed ones.
+    public struct Tally: Sendable, Equatable {
+        public var completed = 0
+        public var failed = 0
+        public var cancelled = 0
+        public var skipped = 0
+        /// The sum of the completed files' sizes.
+        public var completedBytes: Int64 = 0
+    }
+
+    /// The counts by result, in one pass over the items (``completed`` and the others each build an array).
+    public var tally: Tally {
+        var tally = Tally()
+        for item in self.items {
+            switch item.result {
+            case .completed(let file):
+                tally.completed += 1
+                tally.completedBytes += file.byteCount
+            case .failed: tally.failed += 1
+            case .cancelled: tally.cancelled += 1
+            case .skipped: tally.skipped += 1
+            }
+        }
+        return tally
+    }
 
     /// The transfers that completed, with their files.
     public var completed: [(item: Item, file: CompletedFile)] {

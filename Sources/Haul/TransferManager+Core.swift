@@ -20,7 +20,6 @@ extension TransferManager {
         /// The byte count of the last progress event, so the final one is not sent twice.
         var lastReportedBytes: Int64 = -1
         var stopSignal: StopSignal?
-        var result: TransferResult?
         /// Why the partial file was discarded, each time it was.
         var restarts: [String] = []
         /// The transfer's own bandwidth limit while an attempt runs (made when it starts, from the request's limit,
@@ -49,9 +48,61 @@ extension TransferManager {
         }
     }
 
+    /// A finished transfer, kept small: what queries, batch reports and a later submission of its identifier need.
+    /// A batch of 100,000 files keeps 100,000 of these, so the request, the rate, the limiter and the rest of a
+    /// ``Record`` are dropped when a transfer finishes (a record is about 500 bytes inline, with a parsed URL of
+    /// about 430 bytes beside it; this is under 200 bytes in all).
+    ///
+    /// Its fields live in one immutable object, so the dictionary's slots stay 8 bytes wide (a dictionary of
+    /// 100,000 entries has 262,144 slots).
+    struct FinishedRecord: Sendable {
+        private final class Storage: Sendable {
+            let urlText: String
+            let destination: TransferRequest.Destination
+            let isDownload: Bool
+            let result: TransferResult
+            let attempts: Int
+            let restarts: [String]
+            let receivedBytes: Int64
+            let expectedBytes: Int64?
+
+            init(_ record: Record, result: TransferResult) {
+                self.urlText = record.request.url.absoluteString
+                self.destination = record.request.destination
+                self.isDownload = record.request.isDownload
+                self.result = result
+                self.attempts = record.machine.attempts
+                self.restarts = record.restarts
+                self.receivedBytes = record.receivedBytes
+                self.expectedBytes = record.expectedBytes ?? record.request.expectedByteCount
+            }
+        }
+
+        private let storage: Storage
+
+        init(_ record: Record, result: TransferResult) { self.storage = Storage(record, result: result) }
+
+        /// The URL as text: a parsed `URL` takes about 430 bytes, its text about 100.
+        var urlText: String { self.storage.urlText }
+        var destination: TransferRequest.Destination { self.storage.destination }
+        var isDownload: Bool { self.storage.isDownload }
+        var result: TransferResult { self.storage.result }
+        var attempts: Int { self.storage.attempts }
+        var restarts: [String] { self.storage.restarts }
+        var receivedBytes: Int64 { self.storage.receivedBytes }
+        var expectedBytes: Int64? { self.storage.expectedBytes }
+
+        var state: TransferState { self.result.state }
+
+        var progress: TransferProgress {
+            TransferProgress(receivedBytes: self.receivedBytes, expectedBytes: self.expectedBytes, bytesPerSecond: 0)
+        }
+    }
+
     /// One batch as the manager knows it.
     struct BatchRecord: Sendable {
-        var order: [(id: TransferID, url: URL)] = []
+        /// Each item's transfer and URL (as text, see ``FinishedRecord/urlText``), in the order they were added.
+        var order: [(id: TransferID, urlText: String)] = []
         /// The report line of each item of ``order``, by position, once it has a result.
         var results: [BatchReport.Item?] = []
         var finishedCount = 0
@@ -62,11 +113,27 @@ extension TransferManager {
         var events: AsyncStream<BatchEvent>.Continuation?
         var eventStream: AsyncStream<BatchEvent>?
         var waiters: [CheckedContinuation<BatchReport, Never>] = []
+        /// Producers waiting until at most `limit` of the batch's items are unfinished.
+        var roomWaiters: [(limit: Int, continuation: CheckedContinuation<Void, Never>)] = []
         var report: BatchReport?
         /// Whether transfers may still be added before the batch can finish.
         var isSealed = true
 
         var isFinished: Bool { self.report != nil }
+
+        /// How many items have no result yet.
+        var unfinishedCount: Int { self.order.count - self.finishedCount }
+
+        /// Lets the producers go whose limit the batch is now within.
+        mutating func resumeRoomWaiters() {
+            guard !self.roomWaiters.isEmpty else { return }
+            let unfinished = self.unfinishedCount
+            self.roomWaiters.removeAll { waiter in
+                guard unfinished <= waiter.limit else { return false }
+                waiter.continuation.resume()
+                return true
+            }
+        }
     }
 
     /// A transfer waiting to be retried: the driver waits for `delay` or until `signal` fires.
@@ -101,7 +168,10 @@ extension TransferManager {
         /// The bandwidth limit over all transfers.
         let bandwidth: BandwidthLimiter
         var scheduler: Scheduler.StateMachine
+        /// The transfers that have not finished (waiting, running, paused, waiting to retry).
         var transfers: [TransferID: Record] = [:]
+        /// The transfers that have finished, compacted (a transfer is in one of the two, never both).
+        var finished: [TransferID: FinishedRecord] = [:]
         var batches: [BatchID: BatchRecord] = [:]
         var nextBatchID = 1
         /// The byte counts of the attempts running now, sampled every progress interval.
@@ -156,30 +226,35 @@ extension TransferManager {
         ) {
             let now = ContinuousClock.now
             let index = self.batches[batchID]!.order.count
-            self.batches[batchID]!.order.append((request.id, request.url))
+            self.batches[batchID]!.order.append((request.id, request.url.absoluteString))
             self.batches[batchID]!.results.append(nil)
             if let existing = self.transfers[request.id] {
-                let sameTarget =
-                    existing.request.url == request.url && existing.request.destination == request.destination
-                if !sameTarget {
-                    let error = HaulError(
-                        .duplicateTransfer,
-                        "The identifier \(request.id) already names a transfer of \(existing.request.url.absoluteString)"
-                    )
-                    self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
+                guard existing.request.url == request.url, existing.request.destination == request.destination else {
+                    let other = existing.request.url.absoluteString
+                    self.refuseDuplicate(request, of: other, index: index, in: batchID, at: now, &aftermath)
+                    return
+                }
+                self.batches[batchID]!.pending[request.id, default: []].append(index)
+                self.join(request.id, batchID: batchID, at: now, aftermath: &aftermath)
+                return
+            }
+            if let existing = self.finished[request.id] {
+                guard existing.urlText == request.url.absoluteString, existing.destination == request.destination else {
+                    self.refuseDuplicate(request, of: existing.urlText, index: index, in: batchID, at: now, &aftermath)
                     return
                 }
                 // A completed download whose file has since been deleted (a model removed, say) starts afresh.
                 var fileIsGone = false
-                if case .completed(let file) = existing.result, existing.request.isDownload {
+                if case .completed(let file) = existing.result, existing.isDownload {
                     fileIsGone = !PartialFile.exists(file.path)
                 }
-                if existing.result == nil || (existing.state == .completed && !fileIsGone) {
-                    self.batches[batchID]!.pending[request.id, default: []].append(index)
-                    self.join(request.id, batchID: batchID, at: now, aftermath: &aftermath)
+                if existing.state == .completed && !fileIsGone {
+                    self.batches[batchID]!.tracker.added(request.id, expectedBytes: existing.expectedBytes)
+                    self.settle(index: index, in: batchID, result: existing.result, at: now, aftermath: &aftermath)
                     return
                 }
                 // It failed, was cancelled or skipped: a new submission starts it afresh.
+                self.finished[request.id] = nil
             }
             guard var newRecord = Self.makeRecord(for: request, configuration: self.configuration) else {
                 let error = HaulError(
@@ -198,7 +273,6 @@ extension TransferManager {
             if let completed = persisted?.completedFile {
                 // Completed by an earlier process, and the file is still there unchanged: no request at all.
                 newRecord.machine = Download.StateMachine(finished: .completed)
-                newRecord.result = .completed(completed)
                 newRecord.receivedBytes = completed.byteCount
                 newRecord.expectedBytes = completed.byteCount
                 self.transfers[request.id] = newRecord
@@ -209,6 +283,7 @@ extension TransferManager {
                 self.store?.enqueue(.completed(request.id, completed, modified: completed.modificationTime))
                 self.batches[batchID]!.tracker.added(request.id, expectedBytes: completed.byteCount)
                 self.settle(index: index, in: batchID, result: .completed(completed), at: now, aftermath: &aftermath)
+                self.retire(request.id, result: .completed(completed))
                 return
             }
             let record = newRecord
@@ -233,6 +308,23 @@ extension TransferManager {
             self.start(self.scheduler.enqueue(request.id, host: record.host, priority: request.priority))
         }
 
+        /// Fails the item at `index`: its identifier already names a transfer of another URL or destination.
+        private mutating func refuseDuplicate(
+            _ request: TransferRequest,
+            of otherURL: String,
+            index: Int,
+            in batchID: BatchID,
+            at now: ContinuousClock.Instant,
+            _ aftermath: inout Aftermath
+        ) {
+            let error = HaulError(
+                .duplicateTransfer,
+                "The identifier \(request.id) already names a transfer of \(otherURL)"
+            )
+            self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
+        }
+
+        /// Adds an unfinished transfer to another batch that waits for it.
         private mutating func join(
             _ id: TransferID,
             batchID: BatchID,
@@ -244,10 +336,6 @@ extension TransferManager {
                 id,
                 expectedBytes: record.expectedBytes ?? record.request.expectedByteCount
             )
-            if let result = record.result {
-                self.settle(id, in: batchID, result: result, at: now, aftermath: &aftermath)
-                return
-            }
             if !record.batches.contains(batchID) { record.batches.append(batchID) }
             self.transfers[id] = record
             self.batches[batchID]!.tracker.progressed(
@@ -642,7 +730,6 @@ extension TransferManager {
                 record.receivedBytes = file.byteCount
                 record.expectedBytes = file.byteCount
             }
-            record.result = result
             let batches = record.batches
             self.transfers[id] = record
             if case .completed = result, record.lastReportedBytes != record.receivedBytes {
@@ -653,6 +740,28 @@ extension TransferManager {
             for batchID in batches {
                 self.settle(id, in: batchID, result: result, at: now, aftermath: &aftermath, emitted: true)
             }
+            self.retire(id, result: result)
+        }
+
+        /// Moves a finished transfer out of ``transfers`` into its compact form in ``finished``.
+        private mutating func retire(_ id: TransferID, result: TransferResult) {
+            guard let record = self.transfers.removeValue(forKey: id) else { return }
+            self.finished[id] = FinishedRecord(record, result: result)
+        }
+
+        /// A transfer's state, whether it is unfinished or finished.
+        func state(of id: TransferID) -> TransferState? {
+            self.transfers[id]?.state ?? self.finished[id]?.state
+        }
+
+        /// A transfer's progress, whether it is unfinished or finished.
+        func progress(of id: TransferID) -> TransferProgress? {
+            self.transfers[id]?.progress ?? self.finished[id]?.progress
+        }
+
+        /// Whether this manager knows the identifier.
+        func knows(_ id: TransferID) -> Bool {
+            self.transfers[id] != nil || self.finished[id] != nil
         }
 
         /// Gives a transfer its result in one batch, and ends the batch when that was its last transfer.
@@ -679,24 +788,33 @@ extension TransferManager {
             aftermath: inout Aftermath,
             emitted: Bool = false
         ) {
-            guard let (id, url) = self.batches[batchID]?.order[index], self.batches[batchID]?.results[index] == nil
+            guard let (id, urlText) = self.batches[batchID]?.order[index], self.batches[batchID]?.results[index] == nil
             else {
                 return
             }
             // The record is this item's transfer unless the item failed before it had one (a clash of identifiers).
-            let record = self.transfers[id].flatMap { $0.request.url == url ? $0 : nil }
+            var attempts = 0
+            var restarts: [String] = []
+            if let record = self.transfers[id], record.request.url.absoluteString == urlText {
+                (attempts, restarts) = (record.machine.attempts, record.restarts)
+            } else if let record = self.finished[id], record.urlText == urlText {
+                (attempts, restarts) = (record.attempts, record.restarts)
+            }
             let item = BatchReport.Item(
                 id: id,
-                url: url,
+                urlText: urlText,
                 result: result,
-                attempts: record?.machine.attempts ?? 0,
-                restarts: record?.restarts ?? []
+                attempts: attempts,
+                restarts: restarts
             )
             let byteCount: Int64? = if case .completed(let file) = result { file.byteCount } else { nil }
             self.withBatch(batchID) { batch in
-                if !emitted { batch.events?.yield(.transfer(TransferEvent(id: id, url: url, kind: .finished(result)))) }
+                if !emitted {
+                    batch.events?.yield(.transfer(TransferEvent(id: id, url: item.url, kind: .finished(result))))
+                }
                 batch.results[index] = item
                 batch.finishedCount += 1
+                batch.resumeRoomWaiters()
                 batch.tracker.added(id, expectedBytes: byteCount)
                 batch.tracker.finished(id, state: result.state, byteCount: byteCount)
             }

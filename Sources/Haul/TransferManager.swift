@@ -234,10 +234,10 @@ public final class TransferManager: Sendable {
     }
 
     /// The store's identifier for a new batch, when the manager has a store.
-    private func createStoredBatch() throws(HaulError) -> BatchID? {
+    private func createStoredBatch(listComplete: Bool = true) throws(HaulError) -> BatchID? {
         guard let store = self.configuration.store else { return nil }
         do {
-            return try store.createBatch()
+            return try store.createBatch(listComplete: listComplete)
         } catch {
             throw HaulError(.fileSystem, "Cannot record the batch in the store", underlying: error)
         }
@@ -255,7 +255,7 @@ public final class TransferManager: Sendable {
             return ids!
         }
         // Transfers this manager has met since (a failed one submitted again) are in the store through it.
-        let met = self.core.withLockedValue { core in requests.map { core.transfers[$0.id] != nil } }
+        let met = self.core.withLockedValue { core in requests.map { core.knows($0.id) } }
         return zip(requests, met).map { request, met in
             met || known.contains(request.id.rawValue) ? Persisted.lookUp(request, in: store) : nil
         }
@@ -272,8 +272,11 @@ public final class TransferManager: Sendable {
 
     /// Creates an empty, open batch to add transfers to one at a time (from a stream of input, say). It finishes
     /// once ``Batch/seal()`` has been called and every transfer in it has finished.
+    ///
+    /// With a store, the batch is recorded as open until it is sealed: a process that stops before sealing it leaves
+    /// a batch the store knows only in part (``StoredBatch/isListComplete``).
     public func makeBatch() throws -> Batch {
-        let storedID = try self.createStoredBatch()
+        let storedID = try self.createStoredBatch(listComplete: false)
         let id = try self.withCore { core, _ throws(HaulError) -> BatchID in
             guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
             return core.makeBatch(sealed: false, storedID: storedID)
@@ -347,14 +350,14 @@ public final class TransferManager: Sendable {
     /// it was last recorded (a transfer that was running when its process died reads `running` until it is
     /// submitted again).
     public func state(of id: TransferID) -> TransferState? {
-        if let state = self.core.withLockedValue({ $0.transfers[id]?.state }) { return state }
+        if let state = self.core.withLockedValue({ $0.state(of: id) }) { return state }
         return self.stored(id).flatMap { TransferState(name: $0.state) }
     }
 
     /// The progress of a transfer, or `nil` if neither the manager nor its store knows the identifier (from the
     /// store: the bytes at the last checkpoint, and no speed).
     public func progress(of id: TransferID) -> TransferProgress? {
-        if let progress = self.core.withLockedValue({ $0.transfers[id]?.progress }) { return progress }
+        if let progress = self.core.withLockedValue({ $0.progress(of: id) }) { return progress }
         return self.stored(id).map {
             TransferProgress(receivedBytes: $0.bytesOnDisk, expectedBytes: $0.totalBytes, bytesPerSecond: 0)
         }
@@ -385,7 +388,7 @@ public final class TransferManager: Sendable {
 
     /// The result of a finished transfer; `nil` while it runs or if the identifier is unknown.
     public func result(of id: TransferID) -> TransferResult? {
-        self.core.withLockedValue { $0.transfers[id]?.result }
+        self.core.withLockedValue { $0.finished[id]?.result }
     }
 
     /// Whether any transfer is waiting or running.

@@ -55,6 +55,14 @@ extension TransferManager {
             var knownDone: Int64 = 0
             var unknown = 0
             var speed = 0.0
+            for record in core.finished.values {
+                counts[record.state, default: 0] += 1
+                transferred += record.receivedBytes
+                if let expected = record.expectedBytes {
+                    known += expected
+                    knownDone += min(record.receivedBytes, expected)
+                }
+            }
             for record in core.transfers.values {
                 counts[record.state, default: 0] += 1
                 transferred += record.receivedBytes
@@ -67,7 +75,7 @@ extension TransferManager {
                 }
             }
             return BatchProgress(
-                totalFiles: core.transfers.count,
+                totalFiles: core.transfers.count + core.finished.count,
                 completedFiles: counts[.completed, default: 0],
                 failedFiles: counts[.failed, default: 0],
                 cancelledFiles: counts[.cancelled, default: 0],
@@ -80,7 +88,7 @@ extension TransferManager {
                     done: knownDone,
                     of: known,
                     finished: counts,
-                    total: core.transfers.count
+                    total: core.transfers.count + core.finished.count
                 ),
                 bytesPerSecond: speed,
                 estimatedTimeRemaining: estimatedTime(remainingBytes: known - knownDone, bytesPerSecond: speed)

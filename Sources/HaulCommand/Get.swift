@@ -74,9 +74,13 @@ struct Get: AsyncParsableCommand {
         configuration.naming = self.contentDisposition ? .contentDisposition : .urlPath
         let requests = self.commandLineRequests(folder: folder)
         let headers = self.options.parsedHeaders
-        try await BatchRunner.run(configuration: configuration, options: self.options) { batch in
-            for request in requests { try batch.add(request) }
-            if let input { try Self.addItems(from: input, to: batch, folder: folder, headers: headers) }
+        try await BatchRunner.run(
+            configuration: configuration,
+            options: self.options,
+            expectedItems: requests.count + (input?.itemCount ?? 0)
+        ) { batch in
+            for request in requests { try await batch.add(request) }
+            if let input { try await Self.addItems(from: input.lines, to: batch, folder: folder, headers: headers) }
         }
     }
 
@@ -96,11 +100,11 @@ struct Get: AsyncParsableCommand {
 
     private static func addItems(
         from lines: InputLines,
-        to batch: Batch,
+        to batch: BatchFeeder,
         folder: URL,
         headers: [(name: String, value: String)]
-    ) throws {
-        try lines.forEachItem { item in
+    ) async throws {
+        try await lines.forEachItem { item in
             var itemFolder = folder
             if let directory = item.directory {
                 itemFolder =
@@ -111,7 +115,7 @@ struct Get: AsyncParsableCommand {
             let destination: TransferRequest.Destination =
                 item.outputName.map { .file(itemFolder.appending(path: $0, directoryHint: .notDirectory)) }
                 ?? .folder(itemFolder)
-            try batch.add(
+            try await batch.add(
                 TransferRequest(
                     url: item.url,
                     destination: destination,

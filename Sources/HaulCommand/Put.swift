@@ -81,7 +81,7 @@ struct Put: AsyncParsableCommand {
         }
         let configuration = self.options.configuration(store: try self.state.openStore())
         try await BatchRunner.run(configuration: configuration, options: self.options) { batch in
-            for request in requests { try batch.add(request) }
+            for request in requests { try await batch.add(request) }
         }
     }
 

@@ -8,7 +8,10 @@ struct Resume: AsyncParsableCommand {
         discussion: """
             Partial files continue with a validated Range request; files already complete are not fetched again. \
             Secret headers (Authorization, Cookie) are never stored, so requests that needed them may now fail. \
-            Exit codes: 0 every item completed; 1 at least one failed; 64 bad usage; 130 interrupted.
+            A batch whose process stopped before it had read its whole input list (-i) is resumed as far as it was \
+            read, and reported: run the command that started it again for the rest. \
+            Exit codes: 0 every item completed; 1 at least one failed, or a list was not read to its end; 64 bad \
+            usage; 130 interrupted.
             """
     )
 
@@ -66,7 +69,15 @@ struct Resume: AsyncParsableCommand {
         }
         let merged = BatchReport(batchID: reports.first?.batchID ?? BatchID(0), items: reports.flatMap(\.items))
         Summary.print(merged, elapsed: .now - started, json: self.json, quiet: self.quiet)
+        // A batch fed from a list whose process stopped before the list's end: only its recorded items were resumed.
+        let partial = unfinished.filter { !$0.isListComplete }
+        for batch in partial {
+            Get.printError(
+                "haul: batch \(batch.id) was stopped before its input list was read to the end; "
+                    + "run the command that started it again to fetch the rest"
+            )
+        }
         if interrupted { throw ExitCode(130) }
-        if !merged.isSuccess { throw ExitCode(1) }
+        if !merged.isSuccess || !partial.isEmpty { throw ExitCode(1) }
     }
 }

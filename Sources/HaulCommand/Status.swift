@@ -84,6 +84,7 @@ enum StatusRendering {
             let header =
                 "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
                 + states.joined(separator: ", ") + "; \(Formatting.bytes(batch.bytesOnDisk)) on disk"
+                + (batch.isListComplete ? "" : "; list not read to its end")
             return [header] + self.transferLines(transfers, json: false).map { "  " + $0 }
         }
     }
@@ -93,6 +94,7 @@ enum StatusRendering {
             "batch": .int(batch.id.rawValue),
             "createdAt": .string(ISO8601DateFormatter().string(from: batch.createdAt)),
             "transfers": .int(batch.transferCount), "finished": .bool(batch.isFinished),
+            "listComplete": .bool(batch.isListComplete),
             "bytesOnDisk": .int(Int(batch.bytesOnDisk)), "states": .object(batch.transferCounts.mapValues { .int($0) }),
         ]
     }

@@ -78,7 +78,8 @@ enum BatchRunner {
     static func run(
         configuration: TransferManager.Configuration,
         options: TransferOptions,
-        fill: (Batch) throws -> Void
+        expectedItems: Int? = nil,
+        fill: (BatchFeeder) async throws -> Void
     ) async throws {
         let mode = options.mode
         let started = ContinuousClock.now
@@ -91,8 +92,13 @@ enum BatchRunner {
             defer { interruption.stop() }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await EventPrinter.print(events, mode: mode) }
-                try fill(batch)
-                batch.seal()
+                if let expectedItems { batch.expectItems(expectedItems) }
+                do {
+                    try await fill(BatchFeeder(batch: batch))
+                    batch.seal()
+                } catch let error as HaulError where error.code == .batchFinished {
+                    // A stop (Ctrl-C) ended the batch while its list was being read: the rest is not added.
+                }
                 try await group.waitForAll()
             }
             return (await batch.report(), interruption.hasFired)
@@ -100,5 +106,22 @@ enum BatchRunner {
         Summary.print(report, elapsed: .now - started, json: options.json, quiet: options.quiet)
         if interrupted { throw ExitCode(130) }
         if !report.isSuccess { throw ExitCode(1) }
+    }
+}
+
+/// Adds requests to a batch a window at a time: a list of 100,000 URLs keeps at most ``window`` transfers queued or
+/// running, so memory holds those and the finished ones' results, not 100,000 queued requests.
+struct BatchFeeder {
+    /// At most this many unfinished items: 16 times the largest `-j`, so the queue never runs dry while it refills.
+    static let window = 4096
+
+    let batch: Batch
+
+    func add(_ request: TransferRequest) async throws {
+        if self.batch.unfinishedCount >= Self.window {
+            // Refill in halves: one wake-up per 2,048 items, not one per item.
+            await self.batch.waitUntilUnfinished(atMost: Self.window / 2)
+        }
+        try self.batch.add(request)
     }
 }

@@ -194,4 +194,35 @@ struct PersistenceEndToEndTests {
             }
         }
     }
+
+    @Test func resumeSaysWhenABatchWasStoppedBeforeItsListWasReadToTheEnd() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
+            try await self.withFolder { folder in
+                // A process that read part of its list and stopped: one item recorded, the batch never sealed.
+                let state = folder.appending(path: "state")
+                var configuration = TransferManager.Configuration()
+                configuration.store = try TransferStore(path: state.appending(path: "haul/state.sqlite"))
+                let request = TransferRequest(url: server.url("/f0.bin"), into: folder.appending(path: "out"))
+                try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try manager.makeBatch().add(request)
+                    while manager.state(of: request.id) != .completed { try await Task.sleep(for: .milliseconds(20)) }
+                }
+                let status = try await HaulProcess.run(["status"], stateHome: state)
+                #expect(status.stdout.contains("unfinished"))
+                #expect(status.stdout.contains("list not read to its end"))
+
+                let resumed = try await HaulProcess.run(["resume"], stateHome: state)
+                #expect(resumed.status == 1, "what was recorded is done, but not the whole list")
+                #expect(resumed.stderr.contains("was stopped before its input list was read to the end"))
+                #expect(
+                    server.requests.filter { $0.path == "/f0.bin" }.count == 1,
+                    "the recorded file is not fetched again"
+                )
+
+                let pruned = try await HaulProcess.run(["status", "--prune"], stateHome: state)
+                #expect(pruned.stdout.contains("Forgot 1 finished batch."))
+                #expect(try await HaulProcess.run(["resume"], stateHome: state).stdout.contains("Nothing to resume."))
+            }
+        }
+    }
 }

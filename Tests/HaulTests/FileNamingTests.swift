@@ -121,4 +121,20 @@ struct ChecksumTests {
     func rejectsBadChecksums(text: String) {
         #expect(Checksum(parsing: text) == nil)
     }
+
+    @Test func aCompletedFileKeptAsItsFolderAndPathEqualsOneMadeFromTheWholePath() {
+        let folder = URL(filePath: "/tmp/haul/out/", directoryHint: .isDirectory)
+        let compact = CompletedFile(
+            folder: folder,
+            relativePath: "sub/a.bin",
+            byteCount: 3,
+            sha256: nil,
+            modificationTime: nil
+        )
+        let whole = CompletedFile(path: URL(filePath: "/tmp/haul/out/sub/a.bin"), byteCount: 3, sha256: nil)
+        #expect(compact.path.path == "/tmp/haul/out/sub/a.bin")
+        #expect(compact == whole)
+        #expect(Set([compact, whole]).count == 1)
+        #expect(compact != CompletedFile(path: URL(filePath: "/tmp/haul/out/sub/b.bin"), byteCount: 3, sha256: nil))
+    }
 }

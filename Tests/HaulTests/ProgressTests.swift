@@ -50,6 +50,38 @@ struct ProgressTests {
         #expect(done.estimatedTimeRemaining == .zero)
     }
 
+    @Test func itemsAnnouncedButNotYetAddedCountAsFilesOfUnknownSize() {
+        var tracker = BatchProgressTracker()
+        tracker.expect(itemCount: 4)
+        tracker.added("a", expectedBytes: 100)
+        tracker.finished("a", state: .completed, byteCount: 100)
+        let early = tracker.snapshot(at: .now)
+        #expect(early.totalFiles == 4)
+        #expect(early.filesOfUnknownSize == 3)
+        #expect(early.expectedBytes == nil)
+        #expect(abs(early.fractionCompleted - 0.25) < 1e-9, "the three missing items weigh the average known size")
+        for id in ["b", "c", "d"] {
+            tracker.added(TransferID(id), expectedBytes: 100)
+            tracker.finished(TransferID(id), state: .completed, byteCount: 100)
+        }
+        let done = tracker.snapshot(at: .now)
+        #expect(done.totalFiles == 4)
+        #expect(done.completedFiles == 4)
+        #expect(done.fractionCompleted == 1)
+    }
+
+    @Test func anItemAddedAgainAfterItsTransferFinishedCountsAsAnotherFile() {
+        var tracker = BatchProgressTracker()
+        tracker.added("a", expectedBytes: 100)
+        tracker.finished("a", state: .completed, byteCount: 100)
+        tracker.added("a", expectedBytes: 100)
+        tracker.finished("a", state: .completed, byteCount: 100)
+        let progress = tracker.snapshot(at: .now)
+        #expect(progress.totalFiles == 2)
+        #expect(progress.completedFiles == 2)
+        #expect(progress.fractionCompleted == 1)
+    }
+
     @Test func estimatesSpeedAsAMovingAverage() {
         var rate = RateEstimator()
         rate.record(totalBytes: 0, at: self.start)

@@ -175,6 +175,8 @@ package enum StoreOperation: Sendable {
     /// Frees a lease whose holder is gone.
     case releaseLease(TransferID, holder: String)
     case failed(TransferID, HaulError, attempts: Int)
+    /// Every item of an open batch has been added.
+    case listComplete(BatchID)
 
     /// Applies the operation as `owner`. The holder of a transfer's lease changes its row; while no one holds it
     /// (or the lease expired), anyone may, unless the row says completed: a manager waiting for another never
@@ -277,6 +279,8 @@ package enum StoreOperation: Sendable {
                     now,
                 ]
             )
+        case .listComplete(let batchID):
+            try db.executeCached(sql: "UPDATE batch SET listComplete = 1 WHERE id = ?", arguments: [batchID.rawValue])
         }
         return false
     }
@@ -286,7 +290,7 @@ package enum StoreOperation: Sendable {
         switch self {
         case .state(let id, let state, _): state == .running || state == .waiting ? nil : id
         case .completed(let id, _, _), .failed(let id, _, _): id
-        case .insertItem, .validator, .checkpoint, .publishing, .releaseLease: nil
+        case .insertItem, .validator, .checkpoint, .publishing, .releaseLease, .listComplete: nil
         }
     }
 }

@@ -90,6 +90,11 @@ public final class TransferStore: Sendable {
                 sql: #"ALTER TABLE transfer ADD COLUMN operation TEXT NOT NULL DEFAULT '{"kind":"download"}'"#
             )
         }
+        migrator.registerMigration("v4: open batches") { db in
+            // 0 while items may still be added (a batch fed from a stream); a process that stopped before the end of
+            // its list leaves it 0, so the store knows it holds only part of that batch.
+            try db.execute(sql: "ALTER TABLE batch ADD COLUMN listComplete INTEGER NOT NULL DEFAULT 1")
+        }
         return migrator
     }
 
@@ -162,7 +167,7 @@ public final class TransferStore: Sendable {
             let rows = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT batch.id, batch.createdAt, transfer.state, COUNT(*) AS count,
+                    SELECT batch.id, batch.createdAt, batch.listComplete, transfer.state, COUNT(*) AS count,
                            SUM(transfer.bytesOnDisk) AS bytes, SUM(transfer.totalSize) AS total
                     FROM batch JOIN batchItem ON batchItem.batchID = batch.id
                     JOIN transfer ON transfer.id = batchItem.transferID
@@ -174,7 +179,11 @@ public final class TransferStore: Sendable {
                 let id: Int = row["id"]
                 var batch =
                     batches[id]
-                    ?? StoredBatch(id: BatchID(id), createdAt: Date(timeIntervalSince1970: row["createdAt"]))
+                    ?? StoredBatch(
+                        id: BatchID(id),
+                        createdAt: Date(timeIntervalSince1970: row["createdAt"]),
+                        isListComplete: row["listComplete"]
+                    )
                 let count: Int = row["count"]
                 batch.transferCounts[row["state"] ?? "waiting", default: 0] += count
                 batch.bytesOnDisk += row["bytes"] ?? 0
@@ -183,17 +192,22 @@ public final class TransferStore: Sendable {
             }
             let empty = try Row.fetchAll(
                 db,
-                sql: "SELECT id, createdAt FROM batch WHERE id NOT IN (SELECT batchID FROM batchItem)"
+                sql: "SELECT id, createdAt, listComplete FROM batch WHERE id NOT IN (SELECT batchID FROM batchItem)"
             )
             for row in empty {
                 let id: Int = row["id"]
-                batches[id] = StoredBatch(id: BatchID(id), createdAt: Date(timeIntervalSince1970: row["createdAt"]))
+                batches[id] = StoredBatch(
+                    id: BatchID(id),
+                    createdAt: Date(timeIntervalSince1970: row["createdAt"]),
+                    isListComplete: row["listComplete"]
+                )
             }
             return batches.values.sorted { $0.id.rawValue < $1.id.rawValue }
         }
     }
 
-    /// The batches that still have transfers to do (waiting, running, waiting to retry, or paused).
+    /// The batches that still have transfers to do (waiting, running, waiting to retry, or paused), or whose list
+    /// was not recorded to its end.
     public func unfinishedBatches() throws -> [StoredBatch] {
         try self.batches().filter { !$0.isFinished }
     }
@@ -208,11 +222,13 @@ public final class TransferStore: Sendable {
         try self.row(id).map(StoredTransfer.init)
     }
 
-    /// Forgets batches whose transfers have all finished, and transfers no batch refers to any more.
+    /// Forgets batches whose recorded transfers have all finished, and transfers no batch refers to any more. A
+    /// batch whose list was not recorded to its end goes too once what it recorded is done (running the command
+    /// that made it again makes a new batch).
     /// - Returns: how many batches were forgotten.
     @discardableResult
     public func forgetFinishedBatches() throws -> Int {
-        let finished = try self.batches().filter(\.isFinished).map(\.id.rawValue)
+        let finished = try self.batches().filter(\.areRecordedTransfersFinished).map(\.id.rawValue)
         try self.database.write { db in
             for id in finished {
                 try db.execute(sql: "DELETE FROM batchItem WHERE batchID = ?", arguments: [id])
@@ -253,9 +269,14 @@ public final class TransferStore: Sendable {
     }
 
     /// Creates a batch and returns its identifier.
-    package func createBatch() throws -> BatchID {
+    /// Records a new batch; `listComplete` false for a batch whose items are still to be added (see
+    /// ``StoredBatch/isListComplete``).
+    package func createBatch(listComplete: Bool = true) throws -> BatchID {
         try self.database.write { db in
-            try db.execute(sql: "INSERT INTO batch (createdAt) VALUES (?)", arguments: [Date().timeIntervalSince1970])
+            try db.execute(
+                sql: "INSERT INTO batch (createdAt, listComplete) VALUES (?, ?)",
+                arguments: [Date().timeIntervalSince1970, listComplete]
+            )
             return BatchID(Int(db.lastInsertedRowID))
         }
     }
@@ -281,12 +302,21 @@ public struct StoredBatch: Sendable, Hashable {
     public var bytesOnDisk: Int64 = 0
     /// The sum of the sizes known so far.
     public var knownTotalBytes: Int64 = 0
+    /// Whether every item of the batch was recorded. A batch fed a window at a time (`haul get -i` with a long
+    /// list) is recorded as its items are added; when its process stopped before the end of the list, the store
+    /// holds only the items added by then, and this is `false`: resuming it does the recorded items, and running
+    /// the command that made it again does the rest.
+    public var isListComplete = true
 
     /// How many transfers it has.
     public var transferCount: Int { self.transferCounts.values.reduce(0, +) }
 
-    /// Whether every transfer has finished (completed, failed, cancelled or skipped).
-    public var isFinished: Bool {
+    /// Whether every transfer has finished (completed, failed, cancelled or skipped) and the list was recorded to
+    /// its end.
+    public var isFinished: Bool { self.isListComplete && self.areRecordedTransfersFinished }
+
+    /// Whether every transfer the store holds for the batch has finished.
+    public var areRecordedTransfersFinished: Bool {
         self.transferCounts.keys.allSatisfy { ["completed", "failed", "cancelled", "skipped"].contains($0) }
     }
 }

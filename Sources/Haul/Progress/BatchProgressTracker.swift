@@ -41,7 +41,13 @@ package struct BatchProgressTracker: Sendable {
         }
     }
 
+    /// The unfinished items (a finished item's share stays in the sums; the item itself is dropped, so a batch of
+    /// 100,000 files does not keep 100,000 entries).
     private var items: [TransferID: Item] = [:]
+    /// How many items have been added, and how many of them finished.
+    private var itemCount = 0
+    /// How many items the batch will have in all, when it was told (items added over time).
+    private var expectedItemCount = 0
 
     package init() {}
     private var sums = Sums()
@@ -51,11 +57,18 @@ package struct BatchProgressTracker: Sendable {
     private var lastFraction: Double = 0
     private var rate = RateEstimator()
 
+    /// The batch will have `count` items in all: until they are added, the missing ones count as files of unknown
+    /// size (they weigh the average known size, and the file count includes them).
+    package mutating func expect(itemCount count: Int) {
+        self.expectedItemCount = max(0, count)
+    }
+
     /// A transfer joined the batch.
     package mutating func added(_ id: TransferID, expectedBytes: Int64?) {
         guard self.items[id] == nil else { return }
         let item = Item(expectedBytes: expectedBytes)
         self.items[id] = item
+        self.itemCount += 1
         self.sums.add(item, sign: 1)
     }
 
@@ -80,6 +93,7 @@ package struct BatchProgressTracker: Sendable {
             }
             item.finishedState = state
         }
+        self.items[id] = nil
     }
 
     private mutating func update(_ id: TransferID, _ change: (inout Item) -> Void) {
@@ -96,11 +110,15 @@ package struct BatchProgressTracker: Sendable {
     package mutating func snapshot(at instant: ContinuousClock.Instant) -> BatchProgress {
         self.rate.record(totalBytes: self.transferredBytes, at: instant)
         let sums = self.sums
+        let notYetAdded = max(0, self.expectedItemCount - self.itemCount)
         let averageKnown = sums.knownCount > 0 ? Double(sums.knownBytes) / Double(sums.knownCount) : 1
-        let unknownWeight = max(Double(sums.unknownCount) * averageKnown, Double(sums.unknownReceived))
+        let unknownWeight = max(
+            Double(sums.unknownCount + notYetAdded) * averageKnown,
+            Double(sums.unknownReceived)
+        )
         let weight = Double(sums.knownBytes + sums.unknownFinishedBytes) + unknownWeight
         let done = Double(sums.knownDone + sums.unknownFinishedBytes) + min(Double(sums.unknownReceived), unknownWeight)
-        let allFinished = self.finishedCount == self.items.count
+        let allFinished = self.finishedCount == self.itemCount && notYetAdded == 0
         var fraction: Double
         if allFinished {
             fraction = 1
@@ -112,15 +130,15 @@ package struct BatchProgressTracker: Sendable {
         }
         self.lastFraction = fraction
         return BatchProgress(
-            totalFiles: self.items.count,
+            totalFiles: self.itemCount + notYetAdded,
             completedFiles: self.counts[.completed, default: 0],
             failedFiles: self.counts[.failed, default: 0],
             cancelledFiles: self.counts[.cancelled, default: 0],
             skippedFiles: self.counts[.skipped, default: 0],
             transferredBytes: self.transferredBytes,
-            expectedBytes: sums.unknownCount == 0 ? sums.knownBytes : nil,
+            expectedBytes: sums.unknownCount + notYetAdded == 0 ? sums.knownBytes : nil,
             knownExpectedBytes: sums.knownBytes,
-            filesOfUnknownSize: sums.unknownCount,
+            filesOfUnknownSize: sums.unknownCount + notYetAdded,
             fractionCompleted: fraction,
             bytesPerSecond: self.rate.bytesPerSecond,
             estimatedTimeRemaining: allFinished

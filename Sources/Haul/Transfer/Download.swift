@@ -423,7 +423,8 @@ extension Download {
         func completed(_ target: URL) -> AttemptOutcome {
             .completed(
                 CompletedFile(
-                    path: target,
+                    folder: plan.folder,
+                    relativePath: (components + [target.lastPathComponent]).joined(separator: "/"),
                     byteCount: byteCount,
                     sha256: sha256,
                     modificationTime: Persisted.sizeAndModification(target.path)?.1

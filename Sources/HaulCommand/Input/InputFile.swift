@@ -183,12 +183,34 @@ enum InputLines {
     }
 
     func forEach(_ body: (Substring) throws -> Void) throws {
+        var lines = try self.makeIterator()
+        while let line = lines.next() { try body(line) }
+    }
+
+    /// The lines from the first, read as they are asked for.
+    func makeIterator() throws -> Iterator {
         switch self {
-        case .file(let path):
-            let reader = try LineReader(path: path)
-            while let line = reader.next() { try body(line) }
-        case .buffered(let lines):
-            for line in lines { try body(line) }
+        case .file(let path): Iterator(source: .reader(try LineReader(path: path)))
+        case .buffered(let lines): Iterator(source: .buffered(lines.makeIterator()))
+        }
+    }
+
+    struct Iterator: IteratorProtocol {
+        enum Source {
+            case reader(LineReader)
+            case buffered(IndexingIterator<[Substring]>)
+        }
+
+        var source: Source
+
+        mutating func next() -> Substring? {
+            switch self.source {
+            case .reader(let reader):
+                return reader.next()
+            case .buffered(var lines):
+                defer { self.source = .buffered(lines) }
+                return lines.next()
+            }
         }
     }
 }
@@ -197,31 +219,39 @@ extension InputLines {
     /// Opens an input file (or `-`) and checks every line first, so that a bad line transfers nothing: on an error
     /// it prints `haul: FILE: line N: ...` and exits 64. `check` may refuse an item (an option the command does not
     /// take) with a message.
-    static func openChecked(_ path: String, check: (InputItem) -> String? = { _ in nil }) throws -> InputLines {
+    ///
+    /// Returns the lines and how many items they hold.
+    static func openChecked(
+        _ path: String,
+        check: (InputItem) -> String? = { _ in nil }
+    ) throws -> (lines: InputLines, itemCount: Int) {
         do {
             let lines = try InputLines.open(path)
             var parser = InputFileParser()
+            var count = 0
             func checked(_ item: InputItem) throws(InputFileError) {
                 if let message = check(item) { throw InputFileError(lineNumber: item.lineNumber, message: message) }
+                count += 1
             }
             try lines.forEach { line in
                 if let item = try parser.feed(line) { try checked(item) }
             }
             if let item = parser.finish() { try checked(item) }
-            return lines
+            return (lines, count)
         } catch let error as InputFileError {
             Get.printError("haul: \(path): \(error.lineNumber > 0 ? "\(error)" : error.message)")
             throw ExitCode(64)
         }
     }
 
-    /// Calls `body` with each item of the input, read again as a stream.
-    func forEachItem(_ body: (InputItem) throws -> Void) throws {
+    /// Calls `body` with each item of the input, read again as a stream (a line at a time, while `body` waits).
+    func forEachItem(_ body: (InputItem) async throws -> Void) async throws {
         var parser = InputFileParser()
-        try self.forEach { line in
-            if let item = try parser.feed(line) { try body(item) }
+        var lines = try self.makeIterator()
+        while let line = lines.next() {
+            if let item = try parser.feed(line) { try await body(item) }
         }
-        if let item = parser.finish() { try body(item) }
+        if let item = parser.finish() { try await body(item) }
     }
 }
 

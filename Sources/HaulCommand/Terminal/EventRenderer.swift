@@ -101,16 +101,18 @@ enum Summary {
     }
 
     static func lines(for report: BatchReport, elapsed: Duration) -> [String] {
-        let bytes = report.completed.reduce(Int64(0)) { $0 + $1.file.byteCount }
+        let tally = report.tally
+        let bytes = tally.completedBytes
         let seconds = max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 1e-6)
-        var counts = ["\(report.completed.count) completed"]
-        if !report.skipped.isEmpty { counts.append("\(report.skipped.count) skipped") }
-        counts.append("\(report.failed.count) failed")
-        if !report.cancelled.isEmpty { counts.append("\(report.cancelled.count) cancelled") }
+        var counts = ["\(tally.completed) completed"]
+        if tally.skipped > 0 { counts.append("\(tally.skipped) skipped") }
+        counts.append("\(tally.failed) failed")
+        if tally.cancelled > 0 { counts.append("\(tally.cancelled) cancelled") }
         var lines = [
             "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes)) in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(bytes) / seconds)))"
         ]
-        for (item, error) in report.failed {
+        for item in report.items {
+            guard case .failed(let error) = item.result else { continue }
             let status = error.httpStatus.map { " [HTTP \($0)]" } ?? ""
             lines.append("FAILED \(item.url.absoluteString): \(error.message)\(status)")
         }
@@ -196,12 +198,13 @@ struct JSONEvent: Encodable {
             return nil
         case .finished(let report):
             var json = JSONEvent(event: "finished")
+            let tally = report.tally
             json.files = report.items.count
-            json.completed = report.completed.count
-            json.failed = report.failed.count
-            json.skipped = report.skipped.count
-            json.cancelled = report.cancelled.count
-            json.bytes = report.completed.reduce(0) { $0 + $1.file.byteCount }
+            json.completed = tally.completed
+            json.failed = tally.failed
+            json.skipped = tally.skipped
+            json.cancelled = tally.cancelled
+            json.bytes = tally.completedBytes
             return json
         }
     }
