@@ -74,13 +74,9 @@ struct Get: AsyncParsableCommand {
         configuration.naming = self.contentDisposition ? .contentDisposition : .urlPath
         let requests = self.commandLineRequests(folder: folder)
         let headers = self.options.parsedHeaders
-        try await BatchRunner.run(
-            configuration: configuration,
-            options: self.options,
-            expectedItems: requests.count + (input?.itemCount ?? 0)
-        ) { batch in
-            for request in requests { try await batch.add(request) }
-            if let input { try await Self.addItems(from: input.lines, to: batch, folder: folder, headers: headers) }
+        try await BatchRunner.run(configuration: configuration, options: self.options, requests: requests, input: input)
+        {
+            item in Self.request(for: item, folder: folder, headers: headers)
         }
     }
 
@@ -98,32 +94,28 @@ struct Get: AsyncParsableCommand {
         }
     }
 
-    private static func addItems(
-        from lines: InputLines,
-        to batch: BatchFeeder,
+    /// The request for one item of the input file: its `dir=` and `out=` under the folder, its headers after `-H`'s.
+    private static func request(
+        for item: InputItem,
         folder: URL,
         headers: [(name: String, value: String)]
-    ) async throws {
-        try await lines.forEachItem { item in
-            var itemFolder = folder
-            if let directory = item.directory {
-                itemFolder =
-                    directory.hasPrefix("/")
-                    ? URL(filePath: directory, directoryHint: .isDirectory)
-                    : folder.appending(path: directory, directoryHint: .isDirectory)
-            }
-            let destination: TransferRequest.Destination =
-                item.outputName.map { .file(itemFolder.appending(path: $0, directoryHint: .notDirectory)) }
-                ?? .folder(itemFolder)
-            try await batch.add(
-                TransferRequest(
-                    url: item.url,
-                    destination: destination,
-                    checksum: item.checksum,
-                    headers: headers + item.headers.map { ($0.name, $0.value) }
-                )
-            )
+    ) -> TransferRequest {
+        var itemFolder = folder
+        if let directory = item.directory {
+            itemFolder =
+                directory.hasPrefix("/")
+                ? URL(filePath: directory, directoryHint: .isDirectory)
+                : folder.appending(path: directory, directoryHint: .isDirectory)
         }
+        let destination: TransferRequest.Destination =
+            item.outputName.map { .file(itemFolder.appending(path: $0, directoryHint: .notDirectory)) }
+            ?? .folder(itemFolder)
+        return TransferRequest(
+            url: item.url,
+            destination: destination,
+            checksum: item.checksum,
+            headers: headers + item.headers.map { ($0.name, $0.value) }
+        )
     }
 
     static func printOutput(_ line: String) {

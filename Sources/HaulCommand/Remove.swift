@@ -54,15 +54,9 @@ struct Remove: AsyncParsableCommand {
         }
         let requests = self.urls.map { request(URL(string: $0.trimmingCharacters(in: .whitespaces))!) }
         let configuration = self.options.configuration(store: try self.state.openStore())
-        try await BatchRunner.run(
-            configuration: configuration,
-            options: self.options,
-            expectedItems: requests.count + (input?.itemCount ?? 0)
-        ) { batch in
-            for request in requests { try await batch.add(request) }
-            try await input?.lines.forEachItem { item in
-                try await batch.add(request(item.url, item.headers.map { ($0.name, $0.value) }))
-            }
+        try await BatchRunner.run(configuration: configuration, options: self.options, requests: requests, input: input)
+        {
+            item in request(item.url, item.headers.map { ($0.name, $0.value) })
         }
     }
 }

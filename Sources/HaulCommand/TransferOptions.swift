@@ -109,6 +109,27 @@ enum BatchRunner {
     }
 }
 
+extension BatchRunner {
+    /// Runs one batch of the command line's requests, then the input file's items (read again as a stream, a window at
+    /// a time), each made into a request by `request`.
+    static func run(
+        configuration: TransferManager.Configuration,
+        options: TransferOptions,
+        requests: [TransferRequest],
+        input: (lines: InputLines, itemCount: Int)?,
+        request: @escaping (InputItem) -> TransferRequest
+    ) async throws {
+        try await self.run(
+            configuration: configuration,
+            options: options,
+            expectedItems: requests.count + (input?.itemCount ?? 0)
+        ) { batch in
+            for request in requests { try await batch.add(request) }
+            try await input?.lines.forEachItem { item in try await batch.add(request(item)) }
+        }
+    }
+}
+
 /// Adds requests to a batch a window at a time: a list of 100,000 URLs keeps at most ``window`` transfers queued or
 /// running, so memory holds those and the finished ones' results, not 100,000 queued requests.
 struct BatchFeeder {
