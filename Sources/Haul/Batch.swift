@@ -34,7 +34,7 @@ public final class Batch: Sendable {
     }
 
     /// Waits until at most `count` of the batch's items are unfinished: a producer adding a long list a window at a
-    /// time keeps the queue, and the memory it takes, bounded (`haul get -i` keeps at most 1,024 queued). Returns at
+    /// time keeps the queue, and the memory it takes, bounded (`haul get -i` keeps at most 4,096 queued). Returns at
     /// once when that is already so. Cancelling the waiting task does not end the wait early; stopping or cancelling
     /// the batch does.
     public func waitUntilUnfinished(atMost count: Int) async {
