@@ -117,7 +117,7 @@ extension BatchRunner {
         options: TransferOptions,
         requests: [TransferRequest],
         input: (lines: InputLines, itemCount: Int)?,
-        request: @escaping (InputItem) -> TransferRequest
+        request: (InputItem) -> TransferRequest
     ) async throws {
         try await self.run(
             configuration: configuration,

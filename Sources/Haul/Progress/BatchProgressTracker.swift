@@ -75,7 +75,6 @@ package struct BatchProgressTracker: Sendable {
     /// A transfer's size and bytes received so far.
     package mutating func progressed(_ id: TransferID, receivedBytes: Int64, expectedBytes: Int64?) {
         self.update(id) { item in
-            guard item.finishedState == nil else { return }
             if let expectedBytes { item.expectedBytes = expectedBytes }
             item.highWater = max(item.highWater, receivedBytes)
         }
@@ -83,7 +82,8 @@ package struct BatchProgressTracker: Sendable {
 
     /// A transfer finished; a completed one gives its final size.
     package mutating func finished(_ id: TransferID, state: TransferState, byteCount: Int64?) {
-        guard let item = self.items[id], item.finishedState == nil else { return }
+        // Only unfinished items are kept: a finished one is gone, and finishing it again changes nothing.
+        guard self.items[id] != nil else { return }
         self.counts[state, default: 0] += 1
         self.finishedCount += 1
         self.update(id) { item in
