@@ -27,6 +27,10 @@ extension TransferManager {
         var bandwidth: BandwidthLimiter?
         /// When progress was last written to the store, and how much.
         var lastCheckpoint: (at: ContinuousClock.Instant, bytes: Int64)?
+        /// When the running attempt started, while the store has not heard of it (its running state and validator):
+        /// they are written with its first checkpoint, half a second in, or when it ends unfinished. A small file
+        /// completes before that, and costs the store no write between its insert and its completion.
+        var unsavedStart: ContinuousClock.Instant?
 
         var state: TransferState {
             switch self.machine.state {
@@ -467,7 +471,8 @@ extension TransferManager {
                 )
             }
             if let cell = self.progressCells.removeValue(forKey: id) {
-                self.progressed(id, receivedBytes: cell.load(), at: now)
+                let checkpoint: Checkpoint = if case .completed = outcome { .never } else { .now }
+                self.progressed(id, receivedBytes: cell.load(), at: now, checkpoint: checkpoint)
             }
             let action = self.transfers[id]!.machine.attemptEnded(machineOutcome, retryDelay: retryDelay)
             self.transfers[id]!.stopSignal = nil
@@ -643,6 +648,9 @@ extension TransferManager {
         mutating func attemptStarted(_ id: TransferID, offset: Int64) {
             // An upload sends its body from the start again, but its progress never goes back.
             if self.transfers[id]?.request.isDownload == true { self.transfers[id]?.receivedBytes = offset }
+            let now = ContinuousClock.now
+            self.transfers[id]?.unsavedStart = now
+            self.transfers[id]?.lastCheckpoint = (now, offset)
             self.emit(id, .started(offset: offset))
         }
 
@@ -657,14 +665,8 @@ extension TransferManager {
             record.expectedBytes = expectedBytes ?? record.request.expectedByteCount
             record.receivedBytes = receivedBytes
             self.transfers[id] = record
-            self.store?.enqueue(
-                .validator(
-                    id,
-                    etag: record.validator?.etag,
-                    lastModified: record.validator?.lastModified,
-                    totalSize: record.expectedBytes
-                )
-            )
+            // Written now only when the start was (a restart within the attempt); else with the start.
+            if record.unsavedStart == nil, let store = self.store { Self.saveValidator(of: record, id: id, to: store) }
             for batchID in record.batches {
                 self.batches[batchID]?.tracker.progressed(
                     id,
@@ -685,7 +687,22 @@ extension TransferManager {
             for (id, cell) in self.progressCells { self.progressed(id, receivedBytes: cell.load(), at: now) }
         }
 
-        mutating func progressed(_ id: TransferID, receivedBytes: Int64, at now: ContinuousClock.Instant) {
+        /// When a byte count is written to the store.
+        enum Checkpoint {
+            /// When the last one is old enough (``checkpointInterval`` with new bytes, else ``leaseRenewalInterval``).
+            case whenDue
+            /// Now: the attempt ended unfinished, and a later one (perhaps in another process) resumes from it.
+            case now
+            /// Not: the attempt completed, and the completion records the count.
+            case never
+        }
+
+        mutating func progressed(
+            _ id: TransferID,
+            receivedBytes: Int64,
+            at now: ContinuousClock.Instant,
+            checkpoint: Checkpoint = .whenDue
+        ) {
             guard var record = self.transfers[id] else { return }
             let changed = receivedBytes != record.lastReportedBytes
             record.receivedBytes = receivedBytes
@@ -696,12 +713,28 @@ extension TransferManager {
                 record.lastProgressEvent = now
                 record.lastReportedBytes = receivedBytes
             }
-            // A checkpoint when the count changed (at most every 500 ms), and at least every 10 s to renew the lease.
-            if let store = self.store,
-                record.lastCheckpoint.map({
-                    now - $0.at >= (receivedBytes != $0.bytes ? Self.checkpointInterval : Self.leaseRenewalInterval)
-                }) ?? true
-            {
+            // A checkpoint when the count changed (at most every 500 ms), and at least every 10 s to renew the lease;
+            // the first one also writes the start, half a second in, whether or not bytes came.
+            let checkpointIsDue =
+                switch checkpoint {
+                case .now: true
+                case .never: false
+                case .whenDue:
+                    if let start = record.unsavedStart {
+                        now - start >= Self.checkpointInterval
+                    } else {
+                        record.lastCheckpoint.map({
+                            now - $0.at
+                                >= (receivedBytes != $0.bytes ? Self.checkpointInterval : Self.leaseRenewalInterval)
+                        }) ?? true
+                    }
+                }
+            if let store = self.store, checkpointIsDue {
+                if record.unsavedStart != nil {
+                    record.unsavedStart = nil
+                    store.enqueue(.state(id, .running, attempts: record.machine.attempts))
+                    Self.saveValidator(of: record, id: id, to: store)
+                }
                 record.lastCheckpoint = (now, receivedBytes)
                 store.enqueue(.checkpoint(id, bytesOnDisk: receivedBytes))
             }
@@ -880,7 +913,7 @@ extension TransferManager.Core {
         let attempts = record.machine.attempts
         switch kind {
         case .queued, .resumed: store.enqueue(.state(id, .waiting, attempts: attempts))
-        case .started: store.enqueue(.state(id, .running, attempts: attempts))
+        case .started: break  // with the first checkpoint (``Record/unsavedStart``)
         case .paused: store.enqueue(.state(id, .paused, attempts: attempts))
         case .retrying: store.enqueue(.state(id, .waitingToRetry, attempts: attempts))
         case .progressed, .restarted: break
@@ -891,12 +924,22 @@ extension TransferManager.Core {
         }
     }
 
+    /// Writes what the server said that lets a later attempt resume (and the file's size).
+    static func saveValidator(of record: TransferManager.Record, id: TransferID, to store: StoreWriter) {
+        store.enqueue(
+            .validator(
+                id,
+                etag: record.validator?.etag,
+                lastModified: record.validator?.lastModified,
+                totalSize: record.expectedBytes
+            )
+        )
+    }
+
     /// The store's row for a record.
     func row(for record: TransferManager.Record, state: TransferState) -> TransferRow {
         let secret = self.configuration.secretHeaderNames
-        let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }.map {
-            [$0.name, $0.value]
-        }
+        let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }
         let kind = if case .file = record.request.destination { "file" } else { "folder" }
         let path = record.request.destination.storedPath
         return TransferRow(
@@ -905,10 +948,10 @@ extension TransferManager.Core {
             destinationKind: kind,
             destinationPath: path,
             folder: record.folder.path,
-            nameComponents: Self.json(record.nameComponents),
+            nameComponents: JSONText.array(record.nameComponents),
             usesContentDisposition: record.usesContentDisposition,
             conflictPolicy: record.conflictPolicy.description,
-            headers: Self.json(headers),
+            headers: JSONText.array(headers.map { JSONText.array([$0.name, $0.value]) }, elementsAreJSON: true),
             checksum: record.request.checksum?.description,
             expectedSize: record.request.expectedByteCount,
             computesSHA256: record.request.computesSHA256,
@@ -926,7 +969,8 @@ extension TransferManager.Core {
             errorMessage: nil,
             httpStatus: nil,
             updatedAt: Date().timeIntervalSince1970,
-            operation: Self.json(StoredOperation(record.request.operation))
+            operation: record.request.isDownload
+                ? StoredOperation.downloadJSON : Self.json(StoredOperation(record.request.operation))
         )
     }
 

@@ -117,6 +117,34 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aRunningTransferIsRecordedRunningWithItsSizeAndBytesOnceItHasRunHalfASecond() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/big": .init(body: Self.big, chunkSize: 20_000, faults: [.stall(afterBytes: 60_000)])
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let request = TransferRequest(url: server.url("/big"), into: folder)
+                let recorded = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    manager in
+                    let batch = try manager.enqueue([request])
+                    // The start is written with the first checkpoint, half a second in: wait up to ten seconds.
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    var row = try store.transfer(request.id)
+                    while ContinuousClock.now < deadline, row?.state != "running" || row?.bytesOnDisk != 60_000 {
+                        try await Task.sleep(for: .milliseconds(50))
+                        row = try store.transfer(request.id)
+                    }
+                    batch.cancel()
+                    return row
+                }
+                #expect(recorded?.state == "running")
+                #expect(recorded?.totalBytes == 400_000, "the size from the response, written with the start")
+                #expect(recorded?.bytesOnDisk == 60_000)
+            }
+        }
+    }
+
     @Test func identifiersSurviveARestartAndSecretsAreNeverStored() async throws {
         try await FaultInjectingServer.withServer(resources: self.resources()) { server in
             try await withTemporaryDirectory { folder in

@@ -193,4 +193,21 @@ struct TransferStoreTests {
         try Data("hello!".utf8).write(to: final)
         #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "another size: not ours")
     }
+
+    @Test(arguments: [
+        [String](), [""], ["plain.bin"], ["say \"hi\"", "back\\slash", "a/b"],
+        ["line\nbreak\r\ttab", "nul\u{0}\u{1f}"],
+        ["naïve café", "日本語", "emoji 🎉", "\u{7f}"],
+    ])
+    func writesJSONThatDecodesToTheSameStrings(strings: [String]) throws {
+        let text = JSONText.array(strings)
+        #expect(try JSONDecoder().decode([String].self, from: Data(text.utf8)) == strings)
+        let nested = JSONText.array([JSONText.array(strings), JSONText.array(["x"])], elementsAreJSON: true)
+        #expect(try JSONDecoder().decode([[String]].self, from: Data(nested.utf8)) == [strings, ["x"]])
+    }
+
+    @Test func aDownloadsOperationIsWhatTheEncoderWouldWrite() throws {
+        let decoded = try JSONDecoder().decode(StoredOperation.self, from: Data(StoredOperation.downloadJSON.utf8))
+        #expect(decoded == StoredOperation(.download))
+    }
 }
