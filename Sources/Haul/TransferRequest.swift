@@ -80,9 +80,19 @@ extension TransferRequest.Destination {
     /// The destination's path, as used in the derived identifier.
     var path: String {
         switch self {
-        case .folder(let url): "folder:" + url.standardizedFileURL.path
-        case .file(let url): "file:" + url.standardizedFileURL.path
+        case .folder(let url): "folder:" + url.standardizedFilePath
+        case .file(let url): "file:" + url.standardizedFilePath
         }
+    }
+}
+
+extension URL {
+    /// `standardizedFileURL.path`, without making a second URL when an absolute path has nothing to standardise (no
+    /// `.` or `..` component, no doubled slash): the usual case, and one call per request submitted.
+    var standardizedFilePath: String {
+        let path = self.path
+        if path.hasPrefix("/"), !path.contains("/."), !path.contains("//") { return path }
+        return self.standardizedFileURL.path
     }
 }
 

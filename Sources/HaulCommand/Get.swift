@@ -82,7 +82,7 @@ struct Get: AsyncParsableCommand {
 
     private func commandLineRequests(folder: URL) -> [TransferRequest] {
         self.urls.map { text in
-            let url = URL(string: text.trimmingCharacters(in: .whitespaces))!
+            let url = URL(string: text.trimmingWhitespace())!
             let destination: TransferRequest.Destination =
                 self.output.map { .file(folder.appending(path: $0, directoryHint: .notDirectory)) } ?? .folder(folder)
             return TransferRequest(

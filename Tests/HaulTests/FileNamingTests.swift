@@ -15,6 +15,8 @@ struct FileNamingTests {
         ("line\nbreak\r", "line_break_"),
         ("  spaced  ", "spaced"),
         ("naïve café.txt", "naïve café.txt"),
+        ("\u{3000}wide space\u{00A0}", "wide space"),
+        ("tab\u{7f}\u{85}.txt", "tab__.txt"),
     ])
     func replacesWhatCouldEscapeOrHide(raw: String, expected: String) {
         #expect(FileNaming.sanitizedName(raw) == expected)
@@ -136,5 +138,19 @@ struct ChecksumTests {
         #expect(compact == whole)
         #expect(Set([compact, whole]).count == 1)
         #expect(compact != CompletedFile(path: URL(filePath: "/tmp/haul/out/sub/b.bin"), byteCount: 3, sha256: nil))
+    }
+
+    @Test(arguments: [
+        "", " ", "\t", "a", " a", "a ", "\ta\t", "\u{3000}a", "a\u{00A0}", "é", " é ", "a b", "\u{2003}\u{2003}",
+    ])
+    func trimsWhiteSpaceAsFoundationDoes(text: String) {
+        #expect(text.trimmingWhitespace() == text.trimmingCharacters(in: .whitespaces))
+        #expect(text[...].trimmingWhitespace() == text.trimmingCharacters(in: .whitespaces))
+    }
+
+    @Test(arguments: ["/tmp/x", "/tmp/x/", "/tmp/./x/../y", "/a//b/", "/tmp/.hidden/x", "/tmp/x y/%20", "/"])
+    func standardisesAPathAsFoundationDoes(path: String) {
+        let url = URL(filePath: path, directoryHint: .isDirectory)
+        #expect(url.standardizedFilePath == url.standardizedFileURL.path)
     }
 }

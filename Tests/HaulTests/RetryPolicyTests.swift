@@ -194,5 +194,6 @@ struct RedirectTests {
         #expect(Download.Validator(headers).ifRangeValue == "Sun, 06 Nov 1994 08:49:37 GMT")
         headers.replaceOrAdd(name: "ETag", value: "\"strong\"")
         #expect(Download.Validator(headers).ifRangeValue == "\"strong\"")
+        #expect(Download.Validator(headers).lastModified == nil, "the strong ETag is the validator; no date is parsed")
     }
 }

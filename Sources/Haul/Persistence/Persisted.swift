@@ -103,7 +103,7 @@ extension TransferRequest.Destination {
     /// The destination's path as the store records it.
     var storedPath: String {
         switch self {
-        case .folder(let url), .file(let url): url.standardizedFileURL.path
+        case .folder(let url), .file(let url): url.standardizedFilePath
         }
     }
 }

@@ -22,12 +22,13 @@ extension Download {
             self.completeLength = completeLength
         }
 
-        /// The strong validators among a response's headers: an ETag that is not weak (`W/`), and a
+        /// The strong validators among a response's headers: an ETag that is not weak (`W/`), else a
         /// `Last-Modified` only when it is at least one second before the response's `Date` (RFC 9110 §8.8.2.2);
-        /// a weak validator must never go in `If-Range`.
+        /// a weak validator must never go in `If-Range`. With a strong ETag, `Last-Modified` is not kept: `If-Range`
+        /// carries the ETag, and parsing two dates per response is a measurable share of a small file's CPU.
         init(_ headers: HTTPHeaders) {
             self.etag = headers.first(name: "etag").flatMap { $0.hasPrefix("W/") ? nil : $0 }
-            if let lastModified = headers.first(name: "last-modified"),
+            if self.etag == nil, let lastModified = headers.first(name: "last-modified"),
                 let modified = RetryAfter.httpDate(lastModified),
                 let date = headers.first(name: "date").flatMap(RetryAfter.httpDate),
                 date.timeIntervalSince(modified) >= 1
@@ -147,14 +148,14 @@ extension Download {
         mayRestart: Bool
     ) async throws -> AttemptOutcome {
         var plan = plan
-        if !plan.usesContentDisposition,
-            let outcome = self.existingFileOutcome(plan.finalPath(plan.nameComponents), plan)
-        {
+        if !plan.usesContentDisposition, let outcome = self.existingFileOutcome(plan.nameComponents, plan) {
             return outcome
         }
         var headers = plan.headers
         headers.append(("Accept-Encoding", "identity"))
-        var offset = try PartialFile.size(of: plan.partPath)
+        // Built once (a hash and a path per call); again only when a Content-Disposition name replaces the URL's.
+        var partPath = plan.partPath
+        var offset = try PartialFile.size(of: partPath)
         var sentRange = false
         if offset > 0 {
             if let ifRange = plan.validator?.ifRangeValue {
@@ -162,7 +163,7 @@ extension Download {
                 headers.append(("If-Range", ifRange))
                 sentRange = true
             } else {
-                PartialFile.remove(plan.partPath)
+                PartialFile.remove(partPath)
                 offset = 0
                 observer.restarted(plan.id, reason: "no validator from the server to resume the partial file safely")
             }
@@ -218,7 +219,7 @@ extension Download {
             completeWithoutBody = true
         case 200...299 where status != 206:
             if offset > 0 {
-                PartialFile.remove(plan.partPath)
+                PartialFile.remove(partPath)
                 offset = 0
                 observer.restarted(plan.id, reason: "the server sent the whole file instead of the requested range")
             }
@@ -256,18 +257,19 @@ extension Download {
             let name = FileNaming.sanitizedName(offered)
         {
             plan.nameComponents[plan.nameComponents.count - 1] = name
-            if let outcome = self.existingFileOutcome(plan.finalPath(plan.nameComponents), plan) { return outcome }
+            if let outcome = self.existingFileOutcome(plan.nameComponents, plan) { return outcome }
+            partPath = plan.partPath
         }
         observer.responseAccepted(plan.id, validator: validator, expectedBytes: expectedBytes, receivedBytes: offset)
-        var file = try PartialFile(openingAt: plan.partPath)
+        var file = try PartialFile(openingAt: partPath)
         guard file.size == offset else {
-            throw HaulError(.fileSystem, "\(plan.partPath.path) changed while it was being resumed")
+            throw HaulError(.fileSystem, "\(partPath.path) changed while it was being resumed")
         }
 
         var checksumDigester = plan.checksum.map { Digester($0.algorithm) }
         var sha256Digester = plan.computesSHA256 && plan.checksum?.algorithm != .sha256 ? Digester(.sha256) : nil
         if file.size > 0, checksumDigester != nil || sha256Digester != nil {
-            try PartialFile.read(plan.partPath, upTo: file.size) { bytes in
+            try PartialFile.read(partPath, upTo: file.size) { bytes in
                 checksumDigester?.update(bytes)
                 sha256Digester?.update(bytes)
             }
@@ -295,7 +297,7 @@ extension Download {
                         )
                     }
                     if let maximum = plan.maximumFileSize, file.size > maximum {
-                        PartialFile.remove(plan.partPath)
+                        PartialFile.remove(partPath)
                         throw HaulError(
                             .fileTooLarge,
                             "The file grew past the maximum of \(maximum) bytes",
@@ -352,7 +354,7 @@ extension Download {
             _ = consume file
             // A resumed file may splice two versions; one fresh download tells whether the source itself is wrong.
             guard offset > 0 else {
-                PartialFile.remove(plan.partPath)
+                PartialFile.remove(partPath)
                 throw verificationError
             }
             return try await self.restart(
@@ -366,12 +368,18 @@ extension Download {
         }
         if plan.synchronizesFiles { try file.synchronize() }
         _ = consume file
-        if let validates = plan.hooks.validatesFile, !validates(plan.id, plan.partPath) {
-            PartialFile.remove(plan.partPath)
+        if let validates = plan.hooks.validatesFile, !validates(plan.id, partPath) {
+            PartialFile.remove(partPath)
             throw HaulError(.validationFailed, "The file validator rejected the file", httpStatus: status)
         }
         let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : sha256Digester?.finalize()
-        return try await self.publish(plan, byteCount: byteCount, sha256: sha256, observer: observer)
+        return try await self.publish(
+            plan,
+            partPath: partPath,
+            byteCount: byteCount,
+            sha256: sha256,
+            observer: observer
+        )
     }
 
     /// Discards the partial file and tries once more from zero, or fails when that was the second try.
@@ -394,10 +402,12 @@ extension Download {
     }
 
     /// The outcome when the final file exists and the policy keeps it; `nil` when downloading should go on.
-    private static func existingFileOutcome(_ path: URL, _ plan: Plan) -> AttemptOutcome? {
-        // Only skip and fail look before downloading (rename and overwrite decide when publishing): no system call
-        // per file for the others.
-        guard plan.conflictPolicy == .skip || plan.conflictPolicy == .fail, PartialFile.exists(path) else { return nil }
+    private static func existingFileOutcome(_ nameComponents: [String], _ plan: Plan) -> AttemptOutcome? {
+        // Only skip and fail look before downloading (rename and overwrite decide when publishing): no path and no
+        // system call per file for the others.
+        guard plan.conflictPolicy == .skip || plan.conflictPolicy == .fail else { return nil }
+        let path = plan.finalPath(nameComponents)
+        guard PartialFile.exists(path) else { return nil }
         if plan.conflictPolicy == .skip { return .skipped(existing: path) }
         if plan.conflictPolicy == .fail {
             return .failed(HaulError(.fileExists, "\(path.path) exists (conflict policy: fail)"))
@@ -412,19 +422,19 @@ extension Download {
     /// takes the name in between, the next name is chosen and reported.
     private static func publish(
         _ plan: Plan,
+        partPath part: URL,
         byteCount: Int64,
         sha256: String?,
         observer: some Observer
     ) async throws -> AttemptOutcome {
-        let part = plan.partPath
         var components = plan.nameComponents
         let name = components.removeLast()
         func path(_ name: String) -> URL { plan.finalPath(components + [name]) }
-        func completed(_ target: URL) -> AttemptOutcome {
+        func completed(_ target: URL, named finalName: String) -> AttemptOutcome {
             .completed(
                 CompletedFile(
                     folder: plan.folder,
-                    relativePath: (components + [target.lastPathComponent]).joined(separator: "/"),
+                    relativePath: (components + [finalName]).joined(separator: "/"),
                     byteCount: byteCount,
                     sha256: sha256,
                     modificationTime: Persisted.sizeAndModification(target.path)?.1
@@ -433,9 +443,10 @@ extension Download {
         }
 
         if plan.conflictPolicy == .overwrite {
-            await observer.willPublish(plan.id, at: path(name), byteCount: byteCount)
-            try PartialFile.publishReplacing(part, at: path(name))
-            return completed(path(name))
+            let target = path(name)
+            await observer.willPublish(plan.id, at: target, byteCount: byteCount)
+            try PartialFile.publishReplacing(part, at: target)
+            return completed(target, named: name)
         }
         // Lazily: most files take the first name, and building 10,000 names per file costs more than the download.
         let numbered = plan.conflictPolicy == .rename ? 9_999 : 0
@@ -444,10 +455,11 @@ extension Download {
         // system call for most files); other names, and every name under skip and fail, are looked at first, so that
         // the store records a name that was free.
         let tryFirstBlind = plan.conflictPolicy == .rename
-        for (index, candidate) in candidates.enumerated()
-        where (index == 0 && tryFirstBlind) || !PartialFile.exists(path(candidate)) {
-            await observer.willPublish(plan.id, at: path(candidate), byteCount: byteCount)
-            if try PartialFile.publishWithoutReplacing(part, at: path(candidate)) { return completed(path(candidate)) }
+        for (index, candidate) in candidates.enumerated() {
+            let target = path(candidate)
+            guard (index == 0 && tryFirstBlind) || !PartialFile.exists(target) else { continue }
+            await observer.willPublish(plan.id, at: target, byteCount: byteCount)
+            if try PartialFile.publishWithoutReplacing(part, at: target) { return completed(target, named: candidate) }
         }
         PartialFile.remove(part)
         if plan.conflictPolicy == .skip { return .skipped(existing: path(name)) }

@@ -60,7 +60,7 @@ struct InputFileParser {
         let line = rawLine
         if line.allSatisfy({ $0 == " " || $0 == "\t" }) { return nil }
         if line.first == " " || line.first == "\t" {
-            try self.addOption(line.trimmingCharacters(in: .whitespaces))
+            try self.addOption(line.trimmingWhitespace())
             return nil
         }
         if line.first == "#" { return nil }
@@ -120,7 +120,7 @@ struct InputFileParser {
 
     /// An absolute http or https URL, or an error that says what is wrong with it.
     static func url(_ text: String, lineNumber: Int) throws(InputFileError) -> URL {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingWhitespace()
         guard let url = URL(string: trimmed), let scheme = url.scheme?.lowercased(), url.host?.isEmpty == false else {
             throw InputFileError(lineNumber: lineNumber, message: "not an absolute URL: \"\(trimmed)\"")
         }
