@@ -648,9 +648,7 @@ extension TransferManager {
         mutating func attemptStarted(_ id: TransferID, offset: Int64) {
             // An upload sends its body from the start again, but its progress never goes back.
             if self.transfers[id]?.request.isDownload == true { self.transfers[id]?.receivedBytes = offset }
-            let now = ContinuousClock.now
-            self.transfers[id]?.unsavedStart = now
-            self.transfers[id]?.lastCheckpoint = (now, offset)
+            self.transfers[id]?.unsavedStart = ContinuousClock.now
             self.emit(id, .started(offset: offset))
         }
 
