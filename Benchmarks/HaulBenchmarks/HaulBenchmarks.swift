@@ -69,6 +69,57 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
+    // What the store pays per small file, without the downloads: its row inserted (with its place in the batch),
+    // the publishing record, the completion; one flush for the thousand, as the write-behind does.
+    Benchmark("Store: 1,000 files inserted, published and completed", configuration: .init(maxIterations: 200)) {
+        benchmark in
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+        let writer = StoreWriter(store: store)
+        let batch = try store.createBatch()
+        var position = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            let ids = (position..<position + 1_000).map { TransferID("t\($0)") }
+            for id in ids {
+                let row = TransferRow.waitingDownload(id: id.rawValue, url: "http://h/\(id)", folder: folder.path)
+                writer.enqueue(.insertItem(batchID: batch, position: position, row: row))
+                position += 1
+            }
+            for id in ids {
+                let path = folder.appending(path: "\(id).bin")
+                writer.enqueue(.publishing(id, finalPath: path.path, size: 16_384))
+                let file = CompletedFile(path: path, byteCount: 16_384, sha256: nil)
+                writer.enqueue(.completed(id, file, modified: 1_700_000_000))
+            }
+            writer.flush()
+        }
+    }
+
+    // A transaction per write, each waited for: what a publishing record costs when files finish one at a time (it
+    // must be in the database before the file is renamed).
+    Benchmark("Store: 1,000 publishing records, a transaction each", configuration: .init(maxIterations: 100)) {
+        benchmark in
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+        let writer = StoreWriter(store: store)
+        let batch = try store.createBatch()
+        let ids = (0..<1_000).map { TransferID("t\($0)") }
+        for (position, id) in ids.enumerated() {
+            let row = TransferRow.waitingDownload(id: id.rawValue, url: "http://h/\(position)", folder: folder.path)
+            writer.enqueue(.insertItem(batchID: batch, position: position, row: row))
+        }
+        writer.flush()
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            for id in ids { writer.flush(adding: .publishing(id, finalPath: "/x/\(id).bin", size: 16_384)) }
+        }
+    }
+
     // The file writer: 64 MiB in 64 KiB chunks (what the HTTP client hands over), batched into 256 KiB writes.
     Benchmark("File writer: 64 MiB in 64 KiB chunks", configuration: .init(maxIterations: 20)) { benchmark in
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")

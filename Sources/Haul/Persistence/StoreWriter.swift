@@ -130,19 +130,22 @@ package final class StoreWriter: Sendable {
             return state.jobs
         }
         let owner = self.owner
-        self.store.database.asyncWrite { db -> Set<TransferID> in
-            var leased: Set<TransferID> = []
-            for job in jobs {
-                for operation in job.operations {
-                    if try operation.apply(db, owner: owner), case .insertItem(_, _, let row) = operation {
-                        leased.insert(TransferID(row.id))
+        self.store.database.asyncWriteWithoutTransaction { db in
+            let result = Result { () throws -> Set<TransferID> in
+                try Self.inImmediateTransaction(db) {
+                    var leased: Set<TransferID> = []
+                    for job in jobs {
+                        for operation in job.operations {
+                            if try operation.apply(db, owner: owner), case .insertItem(_, _, let row) = operation {
+                                leased.insert(TransferID(row.id))
+                            }
+                            if let id = operation.releasedLease { leased.remove(id) }
+                        }
+                        try job.body(db)
                     }
-                    if let id = operation.releasedLease { leased.remove(id) }
+                    return leased
                 }
-                try job.body(db)
             }
-            return leased
-        } completion: { _, result in
             switch result {
             case .success(let leased):
                 if !leased.isEmpty { self.recordLeases(leased) }
@@ -155,6 +158,21 @@ package final class StoreWriter: Sendable {
                 return state.isWriting
             }
             if more { self.writeQueuedJobs() }
+        }
+    }
+
+    /// Runs `body` in an immediate transaction, committed when it returns and rolled back when it throws: what GRDB's
+    /// `inTransaction` does, with the `BEGIN` and `COMMIT` statements prepared once rather than parsed and prepared
+    /// for every transaction (a fifth of the writer's time when every small file's publishing record has one).
+    private static func inImmediateTransaction<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        do {
+            let value = try body()
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            return value
+        } catch {
+            if db.isInsideTransaction { try? db.rollback() }
+            throw error
         }
     }
 

@@ -190,25 +190,11 @@ package enum StoreOperation: Sendable {
     @discardableResult
     func apply(_ db: Database, owner: String) throws -> Bool {
         let now = Date().timeIntervalSince1970
-        let mine = "(leaseOwner = ? OR ((leaseOwner IS NULL OR leaseExpires < ?) AND state != 'completed'))"
-        let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
         switch self {
         case .insertItem(let batchID, let position, let row):
             let leases = row.state == TransferState.waiting.description
             try db.executeCached(
-                sql: """
-                    INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
-                        usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-                        bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner,
-                        leaseExpires)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
-                    ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
-                        checksum = excluded.checksum, expectedSize = excluded.expectedSize,
-                        operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
-                        updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner,
-                        leaseExpires = excluded.leaseExpires
-                    WHERE \(mine)
-                    """,
+                sql: SQLText.insert,
                 arguments: [
                     row.id, row.url, row.destinationKind, row.destinationPath, row.folder, row.nameComponents,
                     row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
@@ -219,7 +205,7 @@ package enum StoreOperation: Sendable {
             )
             let leased = leases && db.changesCount > 0
             try db.executeCached(
-                sql: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)",
+                sql: SQLText.batchItem,
                 arguments: [batchID.rawValue, position, row.id]
             )
             return leased
@@ -227,34 +213,25 @@ package enum StoreOperation: Sendable {
             // Waiting keeps the lease the insert took (see ``insertItem``); running renews nothing here either.
             let releases = state != .running && state != .waiting
             try db.executeCached(
-                sql: """
-                    UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ?\(releases ? ", " + release : "")
-                    WHERE id = ? AND \(mine)
-                    """,
+                sql: releases ? SQLText.stateReleasingLease : SQLText.state,
                 arguments: releases
                     ? [state.description, attempts, now, owner, id.rawValue, owner, now]
                     : [state.description, attempts, now, id.rawValue, owner, now]
             )
         case .validator(let id, let etag, let lastModified, let totalSize):
             try db.executeCached(
-                sql:
-                    "UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)",
+                sql: SQLText.validator,
                 arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now]
             )
         case .checkpoint(let id, let bytes):
             // A checkpoint also renews the lease.
             try db.executeCached(
-                sql:
-                    "UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?",
+                sql: SQLText.checkpoint,
                 arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner]
             )
         case .completed(let id, let file, let modified):
             try db.executeCached(
-                sql: """
-                    UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?,
-                        finalSize = ?, finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL,
-                        httpStatus = NULL, updatedAt = ?, \(release) WHERE id = ? AND \(mine)
-                    """,
+                sql: SQLText.completed,
                 arguments: [
                     file.byteCount, file.byteCount, file.path.path, file.byteCount, modified, file.sha256, now, owner,
                     id.rawValue, owner, now,
@@ -262,28 +239,24 @@ package enum StoreOperation: Sendable {
             )
         case .publishing(let id, let finalPath, let size):
             try db.executeCached(
-                sql:
-                    "UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ? AND \(mine)",
+                sql: SQLText.publishing,
                 arguments: [finalPath, size, now, id.rawValue, owner, now]
             )
         case .releaseLease(let id, let holder):
             try db.executeCached(
-                sql: "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?",
+                sql: SQLText.releaseLease,
                 arguments: [id.rawValue, holder]
             )
         case .failed(let id, let error, let attempts):
             try db.executeCached(
-                sql: """
-                    UPDATE transfer SET state = 'failed', errorCode = ?, errorMessage = ?, httpStatus = ?,
-                        attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
-                    """,
+                sql: SQLText.failed,
                 arguments: [
                     error.code.description, error.message, error.httpStatus, attempts, now, owner, id.rawValue, owner,
                     now,
                 ]
             )
         case .listComplete(let batchID):
-            try db.executeCached(sql: "UPDATE batch SET listComplete = 1 WHERE id = ?", arguments: [batchID.rawValue])
+            try db.executeCached(sql: SQLText.listComplete, arguments: [batchID.rawValue])
         }
         return false
     }
@@ -296,6 +269,57 @@ package enum StoreOperation: Sendable {
         case .insertItem, .validator, .checkpoint, .publishing, .releaseLease, .listComplete: nil
         }
     }
+}
+
+/// The store's statements, built once: GRDB keeps them prepared by their text, so the text stays constant.
+private enum SQLText {
+    /// A transfer this manager may write: its lease is this manager's, or free (or expired) on an unsettled row. Binds
+    /// the owner, then now.
+    static let mine = "(leaseOwner = ? OR ((leaseOwner IS NULL OR leaseExpires < ?) AND state != 'completed'))"
+    /// Gives the lease up when this manager holds it. Binds the owner.
+    static let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
+
+    static let insert = """
+        INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
+            usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
+            bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner,
+            leaseExpires)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
+        ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
+            checksum = excluded.checksum, expectedSize = excluded.expectedSize,
+            operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
+            updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner,
+            leaseExpires = excluded.leaseExpires
+        WHERE \(mine)
+        """
+    static let batchItem = "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)"
+    static let state = """
+        UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ? WHERE id = ? AND \(mine)
+        """
+    static let stateReleasingLease = """
+        UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
+        """
+    static let validator = """
+        UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)
+        """
+    static let checkpoint = """
+        UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?
+        """
+    static let completed = """
+        UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?,
+            finalSize = ?, finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL,
+            httpStatus = NULL, updatedAt = ?, \(release) WHERE id = ? AND \(mine)
+        """
+    static let publishing = """
+        UPDATE transfer SET finalPath = ?, finalSize = ?, finalModified = NULL, updatedAt = ? WHERE id = ? AND \(mine)
+        """
+    static let releaseLease =
+        "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?"
+    static let failed = """
+        UPDATE transfer SET state = 'failed', errorCode = ?, errorMessage = ?, httpStatus = ?,
+            attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
+        """
+    static let listComplete = "UPDATE batch SET listComplete = 1 WHERE id = ?"
 }
 
 extension Database {
