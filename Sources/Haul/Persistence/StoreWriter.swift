@@ -163,7 +163,8 @@ package final class StoreWriter: Sendable {
 
     /// Runs `body` in an immediate transaction, committed when it returns and rolled back when it throws: what GRDB's
     /// `inTransaction` does, with the `BEGIN` and `COMMIT` statements prepared once rather than parsed and prepared
-    /// for every transaction (a fifth of the writer's time when every small file's publishing record has one).
+    /// for every transaction. With a transaction per small file (its publishing record), preparing them cost the
+    /// writer's thread 11–25 % of its CPU, and half the mallocs of a transaction.
     private static func inImmediateTransaction<T>(_ db: Database, _ body: () throws -> T) throws -> T {
         try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
         do {
