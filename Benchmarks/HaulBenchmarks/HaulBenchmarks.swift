@@ -48,18 +48,9 @@ let benchmarks: @Sendable () -> Void = {
     // The store's checkpoint writes: 1,000 running transfers each record their byte count, flushed in one
     // transaction as the write-behind writer does every 100 ms.
     Benchmark("Store: 1,000 checkpoints in one flush") { benchmark in
-        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
-        let writer = StoreWriter(store: store)
-        let batch = try store.createBatch()
-        let ids = (0..<1_000).map { TransferID("t\($0)") }
-        for (position, id) in ids.enumerated() {
-            let row = TransferRow.waitingDownload(id: id.rawValue, url: "http://h/\(position)", folder: folder.path)
-            writer.enqueue(.insertItem(batchID: batch, position: position, row: row))
-        }
-        writer.flush()
+        let store = try StoreFixture(waitingTransfers: 1_000)
+        defer { store.remove() }
+        let (writer, ids) = (store.writer, store.ids)
         var bytes: Int64 = 0
         benchmark.startMeasurement()
         for _ in benchmark.scaledIterations {
@@ -102,18 +93,9 @@ let benchmarks: @Sendable () -> Void = {
     // must be in the database before the file is renamed).
     Benchmark("Store: 1,000 publishing records, a transaction each", configuration: .init(maxIterations: 100)) {
         benchmark in
-        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
-        let writer = StoreWriter(store: store)
-        let batch = try store.createBatch()
-        let ids = (0..<1_000).map { TransferID("t\($0)") }
-        for (position, id) in ids.enumerated() {
-            let row = TransferRow.waitingDownload(id: id.rawValue, url: "http://h/\(position)", folder: folder.path)
-            writer.enqueue(.insertItem(batchID: batch, position: position, row: row))
-        }
-        writer.flush()
+        let store = try StoreFixture(waitingTransfers: 1_000)
+        defer { store.remove() }
+        let (writer, ids) = (store.writer, store.ids)
         benchmark.startMeasurement()
         for _ in benchmark.scaledIterations {
             for id in ids { writer.flush(adding: .publishing(id, finalPath: "/x/\(id).bin", size: 16_384)) }
@@ -136,4 +118,30 @@ let benchmarks: @Sendable () -> Void = {
             PartialFile.remove(path)
         }
     }
+}
+
+/// A store in a fresh folder with `waitingTransfers` rows in one batch, written; ``remove()`` deletes the folder.
+struct StoreFixture {
+    let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")
+    let writer: StoreWriter
+    let ids: [TransferID]
+
+    init(waitingTransfers count: Int) throws {
+        try FileManager.default.createDirectory(at: self.folder, withIntermediateDirectories: true)
+        let store = try TransferStore(path: self.folder.appending(path: "state.sqlite"))
+        self.writer = StoreWriter(store: store)
+        let batch = try store.createBatch()
+        self.ids = (0..<count).map { TransferID("t\($0)") }
+        for (position, id) in self.ids.enumerated() {
+            let row = TransferRow.waitingDownload(
+                id: id.rawValue,
+                url: "http://h/\(position)",
+                folder: self.folder.path
+            )
+            self.writer.enqueue(.insertItem(batchID: batch, position: position, row: row))
+        }
+        self.writer.flush()
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: self.folder) }
 }
