@@ -959,13 +959,6 @@ extension TransferManager.Core {
             etag: record.validator?.etag,
             lastModified: record.validator?.lastModified,
             attempts: 0,
-            finalPath: nil,
-            finalSize: nil,
-            finalModified: nil,
-            sha256: nil,
-            errorCode: nil,
-            errorMessage: nil,
-            httpStatus: nil,
             updatedAt: Date().timeIntervalSince1970,
             operation: record.request.isDownload
                 ? StoredOperation.downloadJSON : Self.json(StoredOperation(record.request.operation))

@@ -132,10 +132,7 @@ package struct PartialFile: ~Copyable {
         var first = 0
         while written < total {
             let count = vectors.withUnsafeBufferPointer { all in
-                let remaining = all.count - first
-                return remaining == 1
-                    ? pwrite(descriptor, all[first].iov_base, all[first].iov_len, off_t(offset) + off_t(written))
-                    : pwritev(descriptor, all.baseAddress! + first, Int32(remaining), off_t(offset) + off_t(written))
+                pwritev(descriptor, all.baseAddress! + first, Int32(all.count - first), off_t(offset) + off_t(written))
             }
             if count < 0 {
                 if errno == EINTR { continue }

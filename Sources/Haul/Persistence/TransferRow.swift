@@ -24,14 +24,15 @@ package struct TransferRow: Codable, Sendable, FetchableRecord {
     var etag: String?
     var lastModified: String?
     var attempts: Int
-    var finalPath: String?
-    var finalSize: Int64?
-    var finalModified: Double?
-    var sha256: String?
-    var errorCode: String?
-    var errorMessage: String?
-    var httpStatus: Int?
     var updatedAt: Double
+    // The result: none while the transfer is unsettled, as every new row is.
+    var finalPath: String? = nil
+    var finalSize: Int64? = nil
+    var finalModified: Double? = nil
+    var sha256: String? = nil
+    var errorCode: String? = nil
+    var errorMessage: String? = nil
+    var httpStatus: Int? = nil
     /// The manager that may write this row and download the file now, and until when (seconds since 1970).
     var leaseOwner: String? = nil
     var leaseExpires: Double? = nil
@@ -128,13 +129,6 @@ extension TransferRow {
             etag: nil,
             lastModified: nil,
             attempts: 0,
-            finalPath: nil,
-            finalSize: nil,
-            finalModified: nil,
-            sha256: nil,
-            errorCode: nil,
-            errorMessage: nil,
-            httpStatus: nil,
             updatedAt: 0
         )
     }
