@@ -78,8 +78,17 @@ public final class Batch: Sendable {
 
     /// The batch's events from the first time this property is read: the transfers' events, coalesced progress,
     /// and a last ``BatchEvent/finished(_:)``; then the stream ends. Every read returns the same stream, which one
-    /// task iterates. A batch that already finished gives a stream of its final event.
-    public var events: AsyncStream<BatchEvent> {
+    /// task iterates. A batch that already finished gives a stream of its final event. The same as
+    /// `events(.all)`.
+    public var events: AsyncStream<BatchEvent> { self.events(.all) }
+
+    /// The batch's events that `selection` names, from the first time the batch's events are asked for, and a last
+    /// ``BatchEvent/finished(_:)``; then the stream ends.
+    ///
+    /// A batch has one event stream, which one task iterates: the first call (or read of ``events``) makes it with
+    /// its selection, and every later one returns that stream, whatever it asks for. A batch that already finished
+    /// gives a stream of its final event.
+    public func events(_ selection: BatchEvent.Selection) -> AsyncStream<BatchEvent> {
         let id = self.id
         return self.manager.withCore { core, aftermath in
             if let stream = core.batches[id]?.eventStream { return stream }
@@ -89,6 +98,7 @@ public final class Batch: Sendable {
                 aftermath.finishedStreams.append(continuation)
             } else {
                 core.batches[id]?.events = continuation
+                core.batches[id]?.eventSelection = selection
             }
             core.batches[id]?.eventStream = stream
             return stream

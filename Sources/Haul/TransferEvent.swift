@@ -46,3 +46,33 @@ public enum BatchEvent: Sendable {
     /// Every transfer of the batch has finished; this is the last event.
     case finished(BatchReport)
 }
+
+extension BatchEvent {
+    /// Which of a batch's events a stream carries (see ``Batch/events(_:)``). The batch's end,
+    /// ``BatchEvent/finished(_:)``, always comes. A narrower selection costs less: events it leaves out are never
+    /// queued, and the task that iterates the stream is not woken for them.
+    public struct Selection: Sendable, Hashable {
+        private enum Scope: Hashable { case all, results, failures }
+        private let scope: Scope
+
+        /// Every event: each transfer's, the batch's progress, and its end.
+        public static let all = Selection(scope: .all)
+        /// Each transfer's last event (``TransferEvent/Kind/finished(_:)``, whatever the result), and the end.
+        public static let results = Selection(scope: .results)
+        /// The last event of each transfer that failed, and the end: what `haul get --quiet` prints.
+        public static let failures = Selection(scope: .failures)
+
+        /// Whether a transfer's event of this kind is carried.
+        func includes(_ kind: TransferEvent.Kind) -> Bool {
+            switch (self.scope, kind) {
+            case (.all, _): true
+            case (.results, .finished): true
+            case (.failures, .finished(let result)): result.state == .failed
+            case (.results, _), (.failures, _): false
+            }
+        }
+
+        /// Whether the batch's progress events are carried.
+        var includesProgress: Bool { self.scope == .all }
+    }
+}

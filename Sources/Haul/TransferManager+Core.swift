@@ -116,6 +116,8 @@ extension TransferManager {
         var lastProgressEvent: ContinuousClock.Instant?
         var events: AsyncStream<BatchEvent>.Continuation?
         var eventStream: AsyncStream<BatchEvent>?
+        /// Which events ``events`` carries.
+        var eventSelection = BatchEvent.Selection.all
         var waiters: [CheckedContinuation<BatchReport, Never>] = []
         /// Producers waiting until at most `limit` of the batch's items are unfinished.
         var roomWaiters: [(limit: Int, continuation: CheckedContinuation<Void, Never>)] = []
@@ -840,8 +842,8 @@ extension TransferManager {
             )
             let byteCount: Int64? = if case .completed(let file) = result { file.byteCount } else { nil }
             self.withBatch(batchID) { batch in
-                if !emitted {
-                    batch.events?.yield(.transfer(TransferEvent(id: id, url: item.url, kind: .finished(result))))
+                if !emitted, let events = batch.events, batch.eventSelection.includes(.finished(result)) {
+                    events.yield(.transfer(TransferEvent(id: id, url: item.url, kind: .finished(result))))
                 }
                 batch.results[index] = item
                 batch.finishedCount += 1
@@ -868,10 +870,12 @@ extension TransferManager {
         private mutating func emitBatchProgress(_ batchID: BatchID, at now: ContinuousClock.Instant, force: Bool) {
             let interval = self.configuration.progressInterval
             self.withBatch(batchID) { batch in
-                guard !batch.isFinished else { return }
+                guard !batch.isFinished, let events = batch.events, batch.eventSelection.includesProgress else {
+                    return
+                }
                 guard force || (batch.lastProgressEvent.map { now - $0 >= interval } ?? true) else { return }
                 batch.lastProgressEvent = now
-                batch.events?.yield(.progressed(batch.tracker.snapshot(at: now)))
+                events.yield(.progressed(batch.tracker.snapshot(at: now)))
             }
         }
 
@@ -889,7 +893,11 @@ extension TransferManager {
             let event = TransferEvent(id: id, url: record.request.url, kind: kind)
             for subscriber in self.subscribers.values { subscriber.yield(event) }
             if !self.observers.isEmpty { self.observers.post(event) }
-            for batchID in record.batches { self.batches[batchID]?.events?.yield(.transfer(event)) }
+            for batchID in record.batches {
+                self.withBatch(batchID) { batch in
+                    if batch.eventSelection.includes(kind) { batch.events?.yield(.transfer(event)) }
+                }
+            }
         }
     }
 }

@@ -61,7 +61,7 @@ struct Resume: AsyncParsableCommand {
             var reports: [BatchReport] = []
             for stored in unfinished {
                 let batch = try manager.resumeStoredBatch(stored.id)
-                await EventPrinter.print(batch.events, mode: mode)
+                await EventPrinter.print(batch.events(mode.selection), mode: mode)
                 reports.append(await batch.report())
                 if interruption.hasFired { break }
             }

@@ -95,6 +95,23 @@ struct EndToEndTests {
         }
     }
 
+    @Test func withQuietPrintsTheFailuresAndNothingAboutTheFilesThatCompleted() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+            try await self.withFolder { folder in
+                let missing = server.url("/missing").absoluteString
+                let output = try await HaulProcess.run([
+                    "get", server.url("/a.bin").absoluteString, missing, "-d", folder.path, "-q",
+                ])
+                #expect(output.status == 1)
+                let lines = output.stdout.split(separator: "\n").map(String.init)
+                #expect(lines.contains("failed    \(missing): The server answered 404 Not Found"))
+                #expect(lines.contains("FAILED \(missing): The server answered 404 Not Found [HTTP 404]"))
+                #expect(lines.count == 2, "\(lines)")
+                #expect(try Data(contentsOf: folder.appending(path: "a.bin")) == Data(Self.body))
+            }
+        }
+    }
+
     @Test func exitsSixtyFourOnBadUsageAndOnABadInputFileWithoutDownloading() async throws {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in

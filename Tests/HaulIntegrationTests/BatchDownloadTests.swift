@@ -142,6 +142,77 @@ struct BatchDownloadTests {
         }
     }
 
+    @Test func aStreamOfFailuresCarriesOnlyTheFailedTransfersLastEventsAndTheEnd() async throws {
+        let body = FaultInjectingServer.body(size: 200_000, seed: 2)
+        let resource = FaultInjectingServer.Resource(body: body, chunkSize: 20_000, chunkDelay: .milliseconds(2))
+        try await FaultInjectingServer.withServer(resources: ["/a": resource, "/b": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                let paths = ["/a", "/missing-1", "/b", "/missing-2"]
+                let events = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    let batch = try manager.makeBatch()
+                    // The first request decides the stream's selection; a later read returns the same stream.
+                    _ = batch.events(.failures)
+                    let stream = batch.events
+                    for path in paths { try batch.add(TransferRequest(url: server.url(path), into: folder)) }
+                    batch.seal()
+                    var events: [BatchEvent] = []
+                    for await event in stream { events.append(event) }
+                    return events
+                }
+                var failedURLs: [String] = []
+                for event in events.dropLast() {
+                    guard case .transfer(let transfer) = event, case .finished(.failed(let error)) = transfer.kind
+                    else {
+                        Issue.record("not a failure: \(event)")
+                        continue
+                    }
+                    #expect(error.httpStatus == 404)
+                    failedURLs.append(transfer.url.path)
+                }
+                #expect(failedURLs.sorted() == ["/missing-1", "/missing-2"])
+                guard case .finished(let report) = events.last else {
+                    Issue.record("the stream does not end with the batch's report")
+                    return
+                }
+                #expect(report.completed.count == 2)
+                #expect(report.items.count == 4)
+            }
+        }
+    }
+
+    @Test func aStreamOfResultsCarriesEveryTransfersLastEventButNoProgress() async throws {
+        let body = FaultInjectingServer.body(size: 200_000, seed: 3)
+        let resource = FaultInjectingServer.Resource(body: body, chunkSize: 20_000, chunkDelay: .milliseconds(2))
+        try await FaultInjectingServer.withServer(resources: ["/a": resource, "/b": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                let events = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    let batch = try manager.makeBatch()
+                    let stream = batch.events(.results)
+                    for path in ["/a", "/missing", "/b"] {
+                        try batch.add(TransferRequest(url: server.url(path), into: folder))
+                    }
+                    batch.seal()
+                    var events: [BatchEvent] = []
+                    for await event in stream { events.append(event) }
+                    return events
+                }
+                var results: [String: TransferState] = [:]
+                for event in events.dropLast() {
+                    guard case .transfer(let transfer) = event, case .finished(let result) = transfer.kind else {
+                        Issue.record("not a result: \(event)")
+                        continue
+                    }
+                    results[transfer.url.path] = result.state
+                }
+                #expect(results == ["/a": .completed, "/missing": .failed, "/b": .completed])
+                guard case .finished = events.last else {
+                    Issue.record("the stream does not end with the batch's report")
+                    return
+                }
+            }
+        }
+    }
+
     @Test func createsIntermediateFoldersAndWritesToAnExplicitFilePath() async throws {
         let body = FaultInjectingServer.body(size: 3_000, seed: 9)
         try await FaultInjectingServer.withServer(resources: ["/x": .init(body: body)]) { server in

@@ -11,6 +11,9 @@ struct EventRenderer {
         case json
         /// Only failures.
         case quiet
+
+        /// The events the mode prints something for: a batch's stream carries only those.
+        var selection: BatchEvent.Selection { self == .quiet ? .failures : .all }
     }
 
     let mode: Mode
