@@ -5,6 +5,9 @@ extension TransferManager {
     public struct Configuration: Sendable {
         /// How many transfers run at once, over all hosts. Default 4, as DownloadManager's
         /// `maxConcurrentDownloads`: enough to hide latency on small files without starving one large file.
+        ///
+        /// Both limits count transfers using the network: a download whose body has arrived gives up its slots
+        /// while it records and renames its file, so the next transfer's request goes out meanwhile.
         public var maximumConcurrentTransfers: Int = 4
         /// How many transfers run at once against one host (scheme, host and port). Default 6, the per-host
         /// connection limit of browsers, which servers are tuned to accept.

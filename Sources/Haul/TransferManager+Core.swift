@@ -398,7 +398,7 @@ extension TransferManager {
         /// subscribers when the running count changed (every change of it passes through here).
         private mutating func start(_ ids: [TransferID]) {
             defer {
-                let running = self.scheduler.runningCount
+                let running = self.scheduler.slotsInUse
                 if running != self.reportedRunningCount {
                     self.reportedRunningCount = running
                     for subscriber in self.activitySubscribers.values { subscriber.yield(running) }
@@ -413,6 +413,11 @@ extension TransferManager {
                 self.progressCells[id] = ProgressCell(self.transfers[id]!.receivedBytes)
                 self.starts.yield(id)
             }
+        }
+
+        /// A running transfer's body has arrived: its slots go to the next transfers while it publishes its file.
+        mutating func leftNetwork(_ id: TransferID) {
+            self.start(self.scheduler.leftNetwork(id))
         }
 
         /// The plan for the attempt of a transfer the scheduler started.

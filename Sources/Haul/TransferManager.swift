@@ -376,7 +376,7 @@ public final class TransferManager: Sendable {
             let key = core.nextSubscriberID
             core.nextSubscriberID += 1
             core.activitySubscribers[key] = continuation
-            continuation.yield(core.scheduler.runningCount)
+            continuation.yield(core.scheduler.slotsInUse)
             continuation.onTermination = { [weak self] _ in
                 _ = self?.core.withLockedValue { $0.activitySubscribers.removeValue(forKey: key) }
             }
@@ -396,9 +396,10 @@ public final class TransferManager: Sendable {
         self.core.withLockedValue { $0.scheduler.runningCount + $0.scheduler.waitingCount > 0 }
     }
 
-    /// The number of transfers with a request in flight (HWIFileDownload's network-activity count).
+    /// The number of transfers with a request in flight (HWIFileDownload's network-activity count): a download
+    /// that is renaming its arrived file no longer counts, as it no longer counts against the limits.
     public var runningTransferCount: Int {
-        self.core.withLockedValue { $0.scheduler.runningCount }
+        self.core.withLockedValue { $0.scheduler.slotsInUse }
     }
 
     /// A new stream of every transfer event of this manager, from now until the manager's scope ends.
@@ -436,6 +437,10 @@ extension TransferManager: Download.Observer {
 
     func restarted(_ id: TransferID, reason: String) {
         self.core.withLockedValue { $0.restarted(id, reason: reason) }
+    }
+
+    func leftNetwork(_ id: TransferID) {
+        self.withCore { core, _ in core.leftNetwork(id) }
     }
 
     func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) async {

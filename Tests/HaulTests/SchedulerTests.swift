@@ -21,6 +21,23 @@ struct SchedulerTests {
         #expect(scheduler.runningEnded("a1") == ["a2"])
     }
 
+    @Test func aTransferThatLeftTheNetworkGivesUpItsSlotsOnceAndStillRunsUntilItEnds() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 2, maximumPerHost: 1)
+        #expect(scheduler.enqueue("a1", host: "a") == ["a1"])
+        #expect(scheduler.enqueue("a2", host: "a") == [])
+        #expect(scheduler.enqueue("b1", host: "b") == ["b1"])
+        #expect(scheduler.enqueue("b2", host: "b") == [])
+        // a1's body has arrived: its host's slot and its global slot go to a2 while a1 publishes its file.
+        #expect(scheduler.leftNetwork("a1") == ["a2"])
+        #expect(scheduler.leftNetwork("a1") == [], "leaving twice frees nothing more")
+        #expect(scheduler.runningCount == 3)
+        #expect(scheduler.slotsInUse == 2)
+        #expect(scheduler.runningEnded("a1") == [], "its end frees no second slot")
+        #expect(scheduler.slotsInUse == 2)
+        #expect(scheduler.runningEnded("b1") == ["b2"])
+        #expect(scheduler.leftNetwork("unknown") == [])
+    }
+
     @Test func startsHigherPrioritiesFirstAndKeepsSubmissionOrderWithinAPriority() {
         var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 6)
         #expect(scheduler.enqueue("running", host: "h") == ["running"])

@@ -35,6 +35,9 @@ extension Scheduler {
         private var waiting: [TransferID: (host: String, priority: Int, sequence: Int)] = [:]
         private var runningPerHost: [String: Int] = [:]
         private var running: [TransferID: String] = [:]
+        /// Running transfers that no longer use the network (their body has arrived; they are publishing their
+        /// file): they hold no slot, global or per host.
+        private var offNetwork: Set<TransferID> = []
         /// Hosts that asked us to wait (`Retry-After`), with how many holds are on each.
         private var holds: [String: Int] = [:]
         private var nextSequence = 0
@@ -45,8 +48,10 @@ extension Scheduler {
             self.maximumPerHost = maximumPerHost
         }
 
-        /// The number of transfers running now.
+        /// The number of transfers running now, including those that have left the network.
         package var runningCount: Int { self.running.count }
+        /// The number of running transfers that hold a slot (those that have not left the network).
+        package var slotsInUse: Int { self.running.count - self.offNetwork.count }
         /// The number of transfers waiting for a slot.
         package var waitingCount: Int { self.waiting.count }
 
@@ -84,9 +89,24 @@ extension Scheduler {
             guard let host = self.running.removeValue(forKey: id) else {
                 preconditionFailure("\(id) ended but was not running")
             }
+            if self.offNetwork.remove(id) != nil { return [] }
+            self.freeSlot(of: host)
+            return self.startable()
+        }
+
+        /// A running transfer no longer uses the network: its body has arrived, and what is left (recording and
+        /// renaming its file) is local. Its slots go to the next transfers at once rather than after the
+        /// publishing, which waits for a database commit; it still counts as running until it ends. Returns the
+        /// transfers to start now; a no-op for a transfer that is not running or has left already.
+        package mutating func leftNetwork(_ id: TransferID) -> [TransferID] {
+            guard let host = self.running[id], self.offNetwork.insert(id).inserted else { return [] }
+            self.freeSlot(of: host)
+            return self.startable()
+        }
+
+        private mutating func freeSlot(of host: String) {
             self.runningPerHost[host, default: 1] -= 1
             if self.runningPerHost[host] == 0 { self.runningPerHost[host] = nil }
-            return self.startable()
         }
 
         /// A host asked us to wait: nothing new starts against it until the hold is released.
@@ -104,7 +124,7 @@ extension Scheduler {
         /// Moves waiting transfers to running while the limits allow, by priority then age among hosts with room.
         private mutating func startable() -> [TransferID] {
             var started: [TransferID] = []
-            while self.running.count < self.maximumConcurrent {
+            while self.slotsInUse < self.maximumConcurrent {
                 var best: (host: String, entry: Entry)?
                 for host in Array(self.queues.keys) {
                     guard self.runningPerHost[host, default: 0] < self.maximumPerHost, self.holds[host] == nil else {

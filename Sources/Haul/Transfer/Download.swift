@@ -116,6 +116,9 @@ extension Download {
         func attemptStarted(_ id: TransferID, offset: Int64)
         func responseAccepted(_ id: TransferID, validator: Validator, expectedBytes: Int64?, receivedBytes: Int64)
         func restarted(_ id: TransferID, reason: String)
+        /// The attempt no longer uses the network (its body has arrived and passed the checks; only publishing is
+        /// left): its slots may go to the next transfers.
+        func leftNetwork(_ id: TransferID)
         /// The finished file is about to be renamed to `path`; returns once that is recorded (synchronously).
         func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) async
     }
@@ -427,6 +430,7 @@ extension Download {
         sha256: String?,
         observer: some Observer
     ) async throws -> AttemptOutcome {
+        observer.leftNetwork(plan.id)
         var components = plan.nameComponents
         let name = components.removeLast()
         func path(_ name: String) -> URL { plan.finalPath(components + [name]) }
