@@ -440,7 +440,7 @@ extension TransferManager: Download.Observer {
     }
 
     func leftNetwork(_ id: TransferID) {
-        self.withCore { core, _ in core.leftNetwork(id) }
+        self.core.withLockedValue { $0.leftNetwork(id) }
     }
 
     func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) async {
