@@ -20,7 +20,7 @@ public final class Batch: Sendable {
         let persisted = self.manager.lookUp([request])[0]
         try self.manager.withCore { core, aftermath throws(HaulError) in
             guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
-            guard core.batches[id]?.isFinished == false else {
+            guard core.withBatch(id, { $0.isFinished }) == false else {
                 throw HaulError(.batchFinished, "Batch \(id) has finished; start a new batch")
             }
             core.add(request, to: id, persisted: persisted, aftermath: &aftermath)
@@ -30,7 +30,7 @@ public final class Batch: Sendable {
     /// How many of the batch's items have no result yet (waiting, running, paused or waiting to retry).
     public var unfinishedCount: Int {
         let id = self.id
-        return self.manager.core.withLockedValue { core in core.batches[id]?.unfinishedCount ?? 0 }
+        return self.manager.core.withLockedValue { core in core.withBatch(id) { $0.unfinishedCount } ?? 0 }
     }
 
     /// Waits until at most `count` of the batch's items are unfinished: a producer adding a long list a window at a
@@ -41,11 +41,12 @@ public final class Batch: Sendable {
         let id = self.id
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             self.manager.core.withLockedValue { core in
-                guard let batch = core.batches[id], batch.unfinishedCount > count else {
-                    continuation.resume()
-                    return
+                let waits = core.withBatch(id) { batch in
+                    guard batch.unfinishedCount > count else { return false }
+                    batch.roomWaiters.append((count, continuation))
+                    return true
                 }
-                core.batches[id]!.roomWaiters.append((count, continuation))
+                if waits != true { continuation.resume() }
             }
         }
     }

@@ -32,6 +32,12 @@ extension TransferManager {
         /// completes before that, and costs the store no write between its insert and its completion.
         var unsavedStart: ContinuousClock.Instant?
 
+        /// A download's partial file; `nil` for an upload or a deletion.
+        var partPath: URL? {
+            guard self.request.isDownload else { return nil }
+            return Download.partPath(id: self.request.id, folder: self.folder, nameComponents: self.nameComponents)
+        }
+
         var state: TransferState {
             switch self.machine.state {
             case .waiting: .waiting
@@ -231,9 +237,11 @@ extension TransferManager {
             aftermath: inout Aftermath
         ) {
             let now = ContinuousClock.now
-            let index = self.batches[batchID]!.order.count
-            self.batches[batchID]!.order.append((request.id, request.url.absoluteString))
-            self.batches[batchID]!.results.append(nil)
+            let index = self.withBatch(batchID) { batch in
+                batch.order.append((request.id, request.url.absoluteString))
+                batch.results.append(nil)
+                return batch.order.count - 1
+            }!
             if let existing = self.transfers[request.id] {
                 guard existing.request.url == request.url, existing.request.destination == request.destination else {
                     let other = existing.request.url.absoluteString
@@ -292,26 +300,25 @@ extension TransferManager {
                 self.retire(request.id, result: .completed(completed))
                 return
             }
-            let record = newRecord
             newRecord.batches = [batchID]
-            self.transfers[request.id] = newRecord
-            self.store?.enqueue(
-                .insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .waiting))
-            )
-            self.batches[batchID]!.pending[request.id, default: []].append(index)
-            self.batches[batchID]!.tracker.added(
-                request.id,
-                expectedBytes: record.expectedBytes ?? request.expectedByteCount
-            )
-            if record.receivedBytes > 0 {
-                self.batches[batchID]!.tracker.progressed(
-                    request.id,
-                    receivedBytes: record.receivedBytes,
-                    expectedBytes: record.expectedBytes
+            if let store = self.store {
+                store.enqueue(
+                    .insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .waiting))
                 )
             }
+            let (expectedBytes, receivedBytes, host) = (
+                newRecord.expectedBytes, newRecord.receivedBytes, newRecord.host
+            )
+            self.transfers[request.id] = newRecord
+            self.withBatch(batchID) { batch in
+                batch.pending[request.id, default: []].append(index)
+                batch.tracker.added(request.id, expectedBytes: expectedBytes ?? request.expectedByteCount)
+                if receivedBytes > 0 {
+                    batch.tracker.progressed(request.id, receivedBytes: receivedBytes, expectedBytes: expectedBytes)
+                }
+            }
             self.emit(request.id, .queued)
-            self.start(self.scheduler.enqueue(request.id, host: record.host, priority: request.priority))
+            self.start(self.scheduler.enqueue(request.id, host: host, priority: request.priority))
         }
 
         /// Fails the item at `index`: its identifier already names a transfer of another URL or destination.
@@ -337,18 +344,15 @@ extension TransferManager {
             at now: ContinuousClock.Instant,
             aftermath: inout Aftermath
         ) {
-            var record = self.transfers[id]!
-            self.batches[batchID]!.tracker.added(
-                id,
-                expectedBytes: record.expectedBytes ?? record.request.expectedByteCount
-            )
-            if !record.batches.contains(batchID) { record.batches.append(batchID) }
-            self.transfers[id] = record
-            self.batches[batchID]!.tracker.progressed(
-                id,
-                receivedBytes: record.receivedBytes,
-                expectedBytes: record.expectedBytes
-            )
+            let joined = self.withTransfer(id) { record in
+                if !record.batches.contains(batchID) { record.batches.append(batchID) }
+                return (record.expectedBytes, record.request.expectedByteCount, record.receivedBytes)
+            }
+            guard let (expectedBytes, requestedBytes, receivedBytes) = joined else { return }
+            self.withBatch(batchID) { batch in
+                batch.tracker.added(id, expectedBytes: expectedBytes ?? requestedBytes)
+                batch.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: expectedBytes)
+            }
         }
 
         static func makeRecord(for request: TransferRequest, configuration: Configuration) -> Record? {
@@ -639,14 +643,11 @@ extension TransferManager {
                 )
             case .finish(let outcome, let removePartialFile, let dequeue):
                 if dequeue { self.scheduler.removeWaiting(id) }
-                let record = self.transfers[id]!
-                if removePartialFile, record.request.isDownload {
-                    aftermath.removedFiles.append(
-                        Download.partPath(id: id, folder: record.folder, nameComponents: record.nameComponents)
-                    )
+                if removePartialFile, let partPath = self.withTransfer(id, { $0.partPath }) ?? nil {
+                    aftermath.removedFiles.append(partPath)
                 }
                 let finalResult: TransferResult = outcome == .cancelled ? .cancelled : (result ?? .cancelled)
-                self.finish(id, record: record, result: finalResult, at: now, aftermath: &aftermath)
+                self.finish(id, result: finalResult, at: now, aftermath: &aftermath)
             }
         }
 
@@ -665,19 +666,18 @@ extension TransferManager {
             expectedBytes: Int64?,
             receivedBytes: Int64
         ) {
-            guard var record = self.transfers[id] else { return }
-            record.validator = validator.ifRangeValue == nil ? nil : validator
-            record.expectedBytes = expectedBytes ?? record.request.expectedByteCount
-            record.receivedBytes = receivedBytes
-            self.transfers[id] = record
-            // Written now only when the start was (a restart within the attempt); else with the start.
-            if record.unsavedStart == nil, let store = self.store { Self.saveValidator(of: record, id: id, to: store) }
-            for batchID in record.batches {
-                self.batches[batchID]?.tracker.progressed(
-                    id,
-                    receivedBytes: receivedBytes,
-                    expectedBytes: record.expectedBytes
-                )
+            let store = self.store
+            let updated = self.withTransfer(id) { record in
+                record.validator = validator.ifRangeValue == nil ? nil : validator
+                record.expectedBytes = expectedBytes ?? record.request.expectedByteCount
+                record.receivedBytes = receivedBytes
+                // Written now only when the start was (a restart within the attempt); else with the start.
+                if record.unsavedStart == nil, let store { Self.saveValidator(of: record, id: id, to: store) }
+                return (record.batches, record.expectedBytes)
+            }
+            guard let (batches, expected) = updated else { return }
+            for batchID in batches {
+                self.batches[batchID]?.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: expected)
             }
         }
 
@@ -708,12 +708,46 @@ extension TransferManager {
             at now: ContinuousClock.Instant,
             checkpoint: Checkpoint = .whenDue
         ) {
-            guard var record = self.transfers[id] else { return }
+            let store = self.store
+            let progressInterval = self.configuration.progressInterval
+            let updated = self.withTransfer(id) { record in
+                Self.progressed(
+                    &record,
+                    id: id,
+                    receivedBytes: receivedBytes,
+                    at: now,
+                    checkpoint: checkpoint,
+                    store: store,
+                    progressInterval: progressInterval
+                )
+            }
+            guard let (due, progress, batches, expectedBytes) = updated else { return }
+            if due { self.emit(id, .progressed(progress)) }
+            for batchID in batches {
+                self.batches[batchID]?.tracker.progressed(
+                    id,
+                    receivedBytes: receivedBytes,
+                    expectedBytes: expectedBytes
+                )
+                self.emitBatchProgress(batchID, at: now, force: false)
+            }
+        }
+
+        /// Updates a record for a new byte count, and queues the checkpoint when one is due; returns whether a
+        /// progress event is due, and what the caller needs for the events.
+        private static func progressed(
+            _ record: inout Record,
+            id: TransferID,
+            receivedBytes: Int64,
+            at now: ContinuousClock.Instant,
+            checkpoint: Checkpoint,
+            store: StoreWriter?,
+            progressInterval: Duration
+        ) -> (due: Bool, progress: TransferProgress, batches: [BatchID], expectedBytes: Int64?) {
             let changed = receivedBytes != record.lastReportedBytes
             record.receivedBytes = receivedBytes
             record.rate.record(totalBytes: receivedBytes, at: now)
-            let due =
-                changed && (record.lastProgressEvent.map { now - $0 >= self.configuration.progressInterval } ?? true)
+            let due = changed && (record.lastProgressEvent.map { now - $0 >= progressInterval } ?? true)
             if due {
                 record.lastProgressEvent = now
                 record.lastReportedBytes = receivedBytes
@@ -734,7 +768,7 @@ extension TransferManager {
                         }) ?? true
                     }
                 }
-            if let store = self.store, checkpointIsDue {
+            if let store, checkpointIsDue {
                 if record.unsavedStart != nil {
                     record.unsavedStart = nil
                     store.enqueue(.state(id, .running, attempts: record.machine.attempts))
@@ -743,38 +777,33 @@ extension TransferManager {
                 record.lastCheckpoint = (now, receivedBytes)
                 store.enqueue(.checkpoint(id, bytesOnDisk: receivedBytes))
             }
-            self.transfers[id] = record
-            if due { self.emit(id, .progressed(record.progress)) }
-            for batchID in record.batches {
-                self.batches[batchID]?.tracker.progressed(
-                    id,
-                    receivedBytes: receivedBytes,
-                    expectedBytes: record.expectedBytes
-                )
-                self.emitBatchProgress(batchID, at: now, force: false)
-            }
+            return (due, record.progress, record.batches, record.expectedBytes)
         }
 
         /// Records a transfer's end, in each batch that waits for it.
         private mutating func finish(
             _ id: TransferID,
-            record: Record,
             result: TransferResult,
             at now: ContinuousClock.Instant,
             aftermath: inout Aftermath
         ) {
-            var record = record
-            if case .completed(let file) = result {
-                record.receivedBytes = file.byteCount
-                record.expectedBytes = file.byteCount
+            let finished = self.withTransfer(id) { record in
+                if case .completed(let file) = result {
+                    record.receivedBytes = file.byteCount
+                    record.expectedBytes = file.byteCount
+                }
+                let lastProgress: TransferProgress? =
+                    if case .completed = result, record.lastReportedBytes != record.receivedBytes {
+                        record.progress
+                    } else {
+                        nil
+                    }
+                return (record.batches, lastProgress)
             }
-            let batches = record.batches
-            self.transfers[id] = record
-            if case .completed = result, record.lastReportedBytes != record.receivedBytes {
-                self.emit(id, .progressed(record.progress))
-            }
+            guard let (batches, lastProgress) = finished else { return }
+            if let lastProgress { self.emit(id, .progressed(lastProgress)) }
             self.emit(id, .finished(result))
-            self.transfers[id]!.batches = []
+            self.withTransfer(id) { $0.batches = [] }
             for batchID in batches {
                 self.settle(id, in: batchID, result: result, at: now, aftermath: &aftermath, emitted: true)
             }
@@ -826,15 +855,16 @@ extension TransferManager {
             aftermath: inout Aftermath,
             emitted: Bool = false
         ) {
-            guard let (id, urlText) = self.batches[batchID]?.order[index], self.batches[batchID]?.results[index] == nil
-            else {
-                return
-            }
+            let unsettled = self.withBatch(batchID) { batch in batch.results[index] == nil ? batch.order[index] : nil }
+            guard let (id, urlText) = unsettled ?? nil else { return }
             // The record is this item's transfer unless the item failed before it had one (a clash of identifiers).
             var attempts = 0
             var restarts: [String] = []
-            if let record = self.transfers[id], record.request.url.absoluteString == urlText {
-                (attempts, restarts) = (record.machine.attempts, record.restarts)
+            let current = self.withTransfer(id) { record in
+                record.request.url.absoluteString == urlText ? (record.machine.attempts, record.restarts) : nil
+            }
+            if let current = current ?? nil {
+                (attempts, restarts) = current
             } else if let record = self.finished[id], record.urlText == urlText {
                 (attempts, restarts) = (record.attempts, record.restarts)
             }
@@ -886,19 +916,33 @@ extension TransferManager {
 
         /// Changes a batch's record in place (a copy would duplicate its arrays on every change: O(n) per event).
         @discardableResult
-        private mutating func withBatch<T>(_ id: BatchID, _ body: (inout BatchRecord) -> T) -> T? {
-            guard self.batches[id] != nil else { return nil }
-            return body(&self.batches[id]!)
+        mutating func withBatch<T>(_ id: BatchID, _ body: (inout BatchRecord) -> T) -> T? {
+            guard let index = self.batches.index(forKey: id) else { return nil }
+            return body(&self.batches.values[index])
+        }
+
+        /// Changes a transfer's record in place: copying it out and back costs a retain and a release of each of
+        /// its fields, several times per file on a list of small files.
+        @discardableResult
+        private mutating func withTransfer<T>(_ id: TransferID, _ body: (inout Record) -> T) -> T? {
+            guard let index = self.transfers.index(forKey: id) else { return nil }
+            return body(&self.transfers.values[index])
         }
 
         /// Sends a transfer's event to the manager's subscribers and observers and to the batches that wait for it.
         private mutating func emit(_ id: TransferID, _ kind: TransferEvent.Kind) {
-            guard let record = self.transfers[id] else { return }
-            if let store = self.store { Self.persist(kind, of: record, id: id, to: store) }
-            let event = TransferEvent(id: id, url: record.request.url, kind: kind)
+            // Through the in-place accessor: only the three fields are copied, not the record.
+            guard
+                let (url, batches, attempts) = self.withTransfer(
+                    id,
+                    { ($0.request.url, $0.batches, $0.machine.attempts) }
+                )
+            else { return }
+            if let store = self.store { Self.persist(kind, attempts: attempts, id: id, to: store) }
+            let event = TransferEvent(id: id, url: url, kind: kind)
             for subscriber in self.subscribers.values { subscriber.yield(event) }
             if !self.observers.isEmpty { self.observers.post(event) }
-            for batchID in record.batches {
+            for batchID in batches {
                 self.withBatch(batchID) { batch in
                     if batch.eventSelection.includes(kind) { batch.events?.yield(.transfer(event)) }
                 }
@@ -917,11 +961,10 @@ extension TransferManager.Core {
     /// The store operation for a transfer's event.
     static func persist(
         _ kind: TransferEvent.Kind,
-        of record: TransferManager.Record,
+        attempts: Int,
         id: TransferID,
         to store: StoreWriter
     ) {
-        let attempts = record.machine.attempts
         switch kind {
         case .queued, .resumed: store.enqueue(.state(id, .waiting, attempts: attempts))
         case .started: break  // with the first checkpoint (``Record/unsavedStart``)
