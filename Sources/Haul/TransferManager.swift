@@ -33,7 +33,7 @@ public final class TransferManager: Sendable {
         self.starts = starts
         let (deliveries, deliveryContinuation) = AsyncStream<ObserverMailbox>.makeStream()
         self.deliveries = deliveries
-        self.storeWriter = configuration.store.map(StoreWriter.init(store:))
+        self.storeWriter = configuration.store.map { StoreWriter(store: $0) }
         self.core = NIOLockedValueBox(
             Core(
                 configuration: configuration,

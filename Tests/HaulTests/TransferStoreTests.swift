@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Testing
 
 @testable import Haul
@@ -209,5 +210,97 @@ struct TransferStoreTests {
     @Test func aDownloadsOperationIsWhatTheEncoderWouldWrite() throws {
         let decoded = try JSONDecoder().decode(StoredOperation.self, from: Data(StoredOperation.downloadJSON.utf8))
         #expect(decoded == StoredOperation(.download))
+    }
+
+    @Test func bindsNullsTextIntegersDoublesAndBooleansAsGRDBWould() throws {
+        let store = try TransferStore()
+        let row = try store.database.write { db in
+            try db.execute(sql: "CREATE TEMP TABLE t (a, b, c, d, e, f, g)")
+            try db.run("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)") { bind in
+                bind.bind(nil as String?)
+                bind.bind("")
+                bind.bind("naïve café 🎉 \u{0}nul")
+                bind.bind(Int64.max)
+                bind.bind(-3)
+                bind.bind(0.25)
+                bind.bind(true)
+            }
+            return try #require(try Row.fetchOne(db, sql: "SELECT *, hex(c) AS cHex FROM t"))
+        }
+        #expect(row["a"] as DatabaseValue == .null)
+        #expect(row["b"] as DatabaseValue == "".databaseValue, "an empty string is text, not null")
+        // GRDB reads text as a C string; the bytes in the database are all there, past the NUL.
+        let text = "naïve café 🎉 \u{0}nul"
+        #expect(row["cHex"] as String == text.utf8.map { String(format: "%02X", $0) }.joined())
+        #expect(row["d"] as Int64 == .max)
+        #expect(row["e"] as Int == -3)
+        #expect(row["f"] as Double == 0.25)
+        #expect(row["g"] as Int == 1)
+    }
+
+    @Test func aStatementBoundWithTooFewOrTooManyValuesFailsAndWritesNothing() throws {
+        let store = try TransferStore()
+        let sql = "INSERT INTO batch (createdAt, listComplete) VALUES (?, ?)"
+        try store.database.write { db in
+            #expect(throws: DatabaseError.self) { try db.run(sql) { $0.bind(1.0) } }
+            #expect(throws: DatabaseError.self) {
+                try db.run(sql) { bind in
+                    bind.bind(1.0)
+                    bind.bind(true)
+                    bind.bind(3)
+                }
+            }
+        }
+        #expect(try store.database.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM batch") } == 0)
+    }
+
+    @Test func aStatementSQLiteRefusesThrowsSQLitesErrorAndRunsAgainAfterward() throws {
+        let store = try TransferStore()
+        let sql = "INSERT INTO batch (id, createdAt) VALUES (?, ?)"
+        try store.database.write { db in
+            try db.run(sql) { bind in
+                bind.bind(7)
+                bind.bind(1.5)
+            }
+            let error = #expect(throws: DatabaseError.self) {
+                try db.run(sql) { bind in
+                    bind.bind(7)
+                    bind.bind(2.5)
+                }
+            }
+            #expect(error?.resultCode == .SQLITE_CONSTRAINT)
+            #expect(error?.sql == sql)
+            try db.run(sql) { bind in
+                bind.bind(8)
+                bind.bind(2.5)
+            }
+        }
+        let rows = try store.database.read { try Row.fetchAll($0, sql: "SELECT id, createdAt FROM batch ORDER BY id") }
+        #expect(rows.map { $0["id"] as Int } == [7, 8])
+        #expect(rows.map { $0["createdAt"] as Double } == [1.5, 2.5])
+    }
+
+    @Test func publishingRecordsThatArriveTogetherShareATransactionAndAreWrittenWhenTheirWaitEnds() async throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let writer = StoreWriter(store: store, publishingLinger: .milliseconds(300))
+        let ids = (0..<16).map { "f\($0)" }
+        for (position, id) in ids.enumerated() {
+            writer.enqueue(.insertItem(batchID: batch, position: position, row: self.row(id)))
+        }
+        writer.flush()
+        let before = writer.transactionCount
+        let written = await withTaskGroup(of: String?.self, returning: [String?].self) { group in
+            for id in ids {
+                group.addTask {
+                    await writer.flushAndWait(adding: .publishing(TransferID(id), finalPath: "/tmp/x/\(id)", size: 5))
+                    return try? store.row(TransferID(id))?.finalPath
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(Set(written) == Set(ids.map { "/tmp/x/\($0)" }), "each record is in the database when its wait ends")
+        #expect(writer.transactionCount - before <= 2, "sixteen records, one transaction (two if one came late)")
+        #expect(writer.lastError == nil)
     }
 }

@@ -187,72 +187,113 @@ package enum StoreOperation: Sendable {
         switch self {
         case .insertItem(let batchID, let position, let row):
             let leases = row.state == TransferState.waiting.description
-            try db.executeCached(
-                sql: SQLText.insert,
-                arguments: [
-                    row.id, row.url, row.destinationKind, row.destinationPath, row.folder, row.nameComponents,
-                    row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
-                    row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
-                    row.operation, leases ? owner : nil, leases ? now + TransferStore.insertLeaseDuration : nil, owner,
-                    now,
-                ]
-            )
+            try db.run(SQLText.insert) { bind in
+                bind.bind(row.id)
+                bind.bind(row.url)
+                bind.bind(row.destinationKind)
+                bind.bind(row.destinationPath)
+                bind.bind(row.folder)
+                bind.bind(row.nameComponents)
+                bind.bind(row.usesContentDisposition)
+                bind.bind(row.conflictPolicy)
+                bind.bind(row.headers)
+                bind.bind(row.checksum)
+                bind.bind(row.expectedSize)
+                bind.bind(row.computesSHA256)
+                bind.bind(row.state)
+                bind.bind(row.bytesOnDisk)
+                bind.bind(row.totalSize)
+                bind.bind(row.etag)
+                bind.bind(row.lastModified)
+                bind.bind(now)
+                bind.bind(row.operation)
+                bind.bind(leases ? owner : nil)
+                bind.bind(leases ? now + TransferStore.insertLeaseDuration : nil)
+                bind.bind(owner)
+                bind.bind(now)
+            }
             let leased = leases && db.changesCount > 0
-            try db.executeCached(
-                sql: SQLText.batchItem,
-                arguments: [batchID.rawValue, position, row.id]
-            )
+            try db.run(SQLText.batchItem) { bind in
+                bind.bind(batchID.rawValue)
+                bind.bind(position)
+                bind.bind(row.id)
+            }
             return leased
         case .state(let id, let state, let attempts):
             // Waiting keeps the lease the insert took (see ``insertItem``); running renews nothing here either.
             let releases = state != .running && state != .waiting
-            try db.executeCached(
-                sql: releases ? SQLText.stateReleasingLease : SQLText.state,
-                arguments: releases
-                    ? [state.description, attempts, now, owner, id.rawValue, owner, now]
-                    : [state.description, attempts, now, id.rawValue, owner, now]
-            )
+            try db.run(releases ? SQLText.stateReleasingLease : SQLText.state) { bind in
+                bind.bind(state.description)
+                bind.bind(attempts)
+                bind.bind(now)
+                if releases { bind.bind(owner) }
+                bind.bind(id.rawValue)
+                bind.mine(owner, now)
+            }
         case .validator(let id, let etag, let lastModified, let totalSize):
-            try db.executeCached(
-                sql: SQLText.validator,
-                arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now]
-            )
+            try db.run(SQLText.validator) { bind in
+                bind.bind(etag)
+                bind.bind(lastModified)
+                bind.bind(totalSize)
+                bind.bind(now)
+                bind.bind(id.rawValue)
+                bind.mine(owner, now)
+            }
         case .checkpoint(let id, let bytes):
             // A checkpoint also renews the lease.
-            try db.executeCached(
-                sql: SQLText.checkpoint,
-                arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner]
-            )
+            try db.run(SQLText.checkpoint) { bind in
+                bind.bind(bytes)
+                bind.bind(now)
+                bind.bind(now + TransferStore.leaseDuration)
+                bind.bind(id.rawValue)
+                bind.bind(owner)
+            }
         case .completed(let id, let file, let modified):
-            try db.executeCached(
-                sql: SQLText.completed,
-                arguments: [
-                    file.byteCount, file.byteCount, file.path.path, file.byteCount, modified, file.sha256, now, owner,
-                    id.rawValue, owner, now,
-                ]
-            )
+            try db.run(SQLText.completed) { bind in
+                bind.bind(file.byteCount)
+                bind.bind(file.byteCount)
+                bind.bind(file.path.path)
+                bind.bind(file.byteCount)
+                bind.bind(modified)
+                bind.bind(file.sha256)
+                bind.bind(now)
+                bind.bind(owner)
+                bind.bind(id.rawValue)
+                bind.mine(owner, now)
+            }
         case .publishing(let id, let finalPath, let size):
-            try db.executeCached(
-                sql: SQLText.publishing,
-                arguments: [finalPath, size, now, id.rawValue, owner, now]
-            )
+            try db.run(SQLText.publishing) { bind in
+                bind.bind(finalPath)
+                bind.bind(size)
+                bind.bind(now)
+                bind.bind(id.rawValue)
+                bind.mine(owner, now)
+            }
         case .releaseLease(let id, let holder):
-            try db.executeCached(
-                sql: SQLText.releaseLease,
-                arguments: [id.rawValue, holder]
-            )
+            try db.run(SQLText.releaseLease) { bind in
+                bind.bind(id.rawValue)
+                bind.bind(holder)
+            }
         case .failed(let id, let error, let attempts):
-            try db.executeCached(
-                sql: SQLText.failed,
-                arguments: [
-                    error.code.description, error.message, error.httpStatus, attempts, now, owner, id.rawValue, owner,
-                    now,
-                ]
-            )
+            try db.run(SQLText.failed) { bind in
+                bind.bind(error.code.description)
+                bind.bind(error.message)
+                bind.bind(error.httpStatus)
+                bind.bind(attempts)
+                bind.bind(now)
+                bind.bind(owner)
+                bind.bind(id.rawValue)
+                bind.mine(owner, now)
+            }
         case .listComplete(let batchID):
-            try db.executeCached(sql: SQLText.listComplete, arguments: [batchID.rawValue])
+            try db.run(SQLText.listComplete) { bind in bind.bind(batchID.rawValue) }
         }
         return false
+    }
+
+    /// The transfer whose row this operation inserts, if it does.
+    var insertedID: TransferID? {
+        if case .insertItem(_, _, let row) = self { TransferID(row.id) } else { nil }
     }
 
     /// The transfer whose lease this operation gives up, if it does (a settled state, a pause, a retry wait).
@@ -262,6 +303,14 @@ package enum StoreOperation: Sendable {
         case .completed(let id, _, _), .failed(let id, _, _): id
         case .insertItem, .validator, .checkpoint, .publishing, .releaseLease, .listComplete: nil
         }
+    }
+}
+
+extension StatementBinder {
+    /// Binds the two parameters of ``SQLText/mine``: the owner, then now.
+    mutating func mine(_ owner: String, _ now: Double) {
+        self.bind(owner)
+        self.bind(now)
     }
 }
 
