@@ -12,8 +12,8 @@ package final class StoreWriter: Sendable {
     /// nothing of the files.
     static let flushInterval: Duration = .milliseconds(100)
     /// How long a publishing record waits for others to share its transaction. A transfer leaves the network before
-    /// it publishes (its slots already serve the next files), so the wait delays only its own rename; sixteen small
-    /// files then finish with one commit instead of sixteen, and the writer's thread does less than half the work.
+    /// it publishes (its slots already serve the next files), so the wait delays only its own rename; small files
+    /// finishing together then share one commit instead of taking one each (on 2,000 small files, 8 % less CPU).
     static let publishingLinger: Duration = .milliseconds(5)
 
     /// This writer's wait for publishing records (``publishingLinger`` unless a test or benchmark chose another).
@@ -140,8 +140,7 @@ package final class StoreWriter: Sendable {
         }
         guard startsWriting else { return }
         if let linger, linger > .zero {
-            let nanoseconds = linger.components.seconds * 1_000_000_000 + linger.components.attoseconds / 1_000_000_000
-            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) {
+            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(linger.nanoseconds))) {
                 self.writeQueuedJobs()
             }
         } else {
