@@ -59,8 +59,11 @@ public final class Batch: Sendable {
         self.manager.core.withLockedValue { core in
             guard core.batches[id] != nil else { return }
             core.batches[id]!.tracker.expect(itemCount: count)
-            core.batches[id]!.order.reserveCapacity(count)
-            core.batches[id]!.results.reserveCapacity(count)
+            core.batches[id]!.items.reserveCapacity(count)
+            core.batches[id]!.settled.reserveCapacity(count)
+            // Sized once: growing doubles it near the end of a long list, old and new table at once (6 MiB more at
+            // the peak of 100,000 URLs).
+            core.finished.reserveCapacity(core.finished.count + count)
         }
     }
 

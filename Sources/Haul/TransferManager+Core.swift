@@ -111,12 +111,15 @@ extension TransferManager {
 
     /// One batch as the manager knows it.
     struct BatchRecord: Sendable {
-        /// Each item's transfer and URL (as text, see ``FinishedRecord/urlText``), in the order they were added.
-        var order: [(id: TransferID, urlText: String)] = []
-        /// The report line of each item of ``order``, by position, once it has a result.
-        var results: [BatchReport.Item?] = []
+        /// The report's line of each item, in the order they were added: its transfer and URL (as text, see
+        /// ``FinishedRecord/urlText``) from the start, its result once ``settled`` says so. The report takes this
+        /// array as it is when the batch ends, without a copy (a copy of 100,000 lines was the peak of the memory a
+        /// long list takes); the batch then lets go of it.
+        var items: [BatchReport.Item] = []
+        /// Whether each item has its result in ``items``.
+        var settled: [Bool] = []
         var finishedCount = 0
-        /// The positions in ``order`` that wait for each transfer's result.
+        /// The positions in ``items`` that wait for each transfer's result.
         var pending: [TransferID: [Int]] = [:]
         var tracker = BatchProgressTracker()
         var lastProgressEvent: ContinuousClock.Instant?
@@ -134,7 +137,7 @@ extension TransferManager {
         var isFinished: Bool { self.report != nil }
 
         /// How many items have no result yet.
-        var unfinishedCount: Int { self.order.count - self.finishedCount }
+        var unfinishedCount: Int { self.settled.count - self.finishedCount }
 
         /// Lets the producers go whose limit the batch is now within.
         mutating func resumeRoomWaiters() {
@@ -238,9 +241,18 @@ extension TransferManager {
         ) {
             let now = ContinuousClock.now
             let index = self.withBatch(batchID) { batch in
-                batch.order.append((request.id, request.url.absoluteString))
-                batch.results.append(nil)
-                return batch.order.count - 1
+                // A placeholder result until the item settles.
+                batch.items.append(
+                    BatchReport.Item(
+                        id: request.id,
+                        urlText: request.url.absoluteString,
+                        result: .cancelled,
+                        attempts: 0,
+                        restarts: []
+                    )
+                )
+                batch.settled.append(false)
+                return batch.items.count - 1
             }!
             if let existing = self.transfers[request.id] {
                 guard existing.request.url == request.url, existing.request.destination == request.destination else {
@@ -855,7 +867,9 @@ extension TransferManager {
             aftermath: inout Aftermath,
             emitted: Bool = false
         ) {
-            let unsettled = self.withBatch(batchID) { batch in batch.results[index] == nil ? batch.order[index] : nil }
+            let unsettled = self.withBatch(batchID) { batch in
+                batch.settled[index] ? nil : (batch.items[index].id, batch.items[index].urlText)
+            }
             guard let (id, urlText) = unsettled ?? nil else { return }
             // The record is this item's transfer unless the item failed before it had one (a clash of identifiers).
             var attempts = 0
@@ -880,7 +894,8 @@ extension TransferManager {
                 if !emitted, let events = batch.events, batch.eventSelection.includes(.finished(result)) {
                     events.yield(.transfer(TransferEvent(id: id, url: item.url, kind: .finished(result))))
                 }
-                batch.results[index] = item
+                batch.items[index] = item
+                batch.settled[index] = true
                 batch.finishedCount += 1
                 batch.resumeRoomWaiters()
                 batch.tracker.added(id, expectedBytes: byteCount)
@@ -892,8 +907,9 @@ extension TransferManager {
 
         mutating func finishIfDone(_ batchID: BatchID, aftermath: inout Aftermath) {
             self.withBatch(batchID) { batch in
-                guard batch.isSealed, !batch.isFinished, batch.finishedCount == batch.order.count else { return }
-                let report = BatchReport(batchID: batchID, items: batch.results.map { $0! })
+                guard batch.isSealed, !batch.isFinished, batch.finishedCount == batch.settled.count else { return }
+                let report = BatchReport(batchID: batchID, items: batch.items)
+                batch.items = []
                 batch.report = report
                 batch.events?.yield(.finished(report))
                 if let events = batch.events { aftermath.finishedStreams.append(events) }
