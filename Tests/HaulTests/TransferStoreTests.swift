@@ -280,7 +280,7 @@ struct TransferStoreTests {
         #expect(rows.map { $0["createdAt"] as Double } == [1.5, 2.5])
     }
 
-    @Test func publishingRecordsThatArriveTogetherShareATransactionAndAreWrittenWhenTheirWaitEnds() async throws {
+    @Test func publishingRecordsThatArriveWithinTheWaitShareATransactionAndAreWrittenWhenTheirWaitEnds() async throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
         let writer = StoreWriter(store: store, publishingLinger: .milliseconds(300))
@@ -291,8 +291,11 @@ struct TransferStoreTests {
         writer.flush()
         let before = writer.transactionCount
         let written = await withTaskGroup(of: String?.self, returning: [String?].self) { group in
-            for id in ids {
+            // One every 5 ms, as files finishing one after another: each would find the writer idle and take a
+            // transaction of its own without the wait (300 ms, longer than the 80 ms they take to arrive).
+            for (index, id) in ids.enumerated() {
                 group.addTask {
+                    try? await Task.sleep(for: .milliseconds(5 * index))
                     await writer.flushAndWait(adding: .publishing(TransferID(id), finalPath: "/tmp/x/\(id)", size: 5))
                     return try? store.row(TransferID(id))?.finalPath
                 }
