@@ -49,7 +49,16 @@ let package = Package(
             dependencies: [
                 "Haul", "CHaulSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+            ],
+            // On Linux the release command links Swift's runtime, Foundation and Dispatch statically: resolving
+            // their symbols at each start cost about 6 ms of CPU per run, and calls into the runtime (retain,
+            // release) skip the dynamic linker's indirection. Small corpus, `perf stat`, 10 interleaved runs:
+            // 606 → 525 ms of CPU. The compiler flag makes the command's objects name the static libraries' own
+            // dependencies (Foundation's ICU and CoreFoundation), which the link needs. Debug builds and the tests stay
+            // dynamic; the flags sit on the command's target only, so packages that use the `Haul` library never see
+            // them.
+            swiftSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux], configuration: .release))],
+            linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux], configuration: .release))]
         ),
         .target(
             name: "HaulTesting",
