@@ -4,6 +4,7 @@ import Haul
 
 struct Put: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "put",
         abstract: "Upload files, several at a time.",
         discussion: """
             Each FILE goes to BASE_URL/NAME, NAME being its file name (percent-encoded): with PUT (WebDAV, presigned \

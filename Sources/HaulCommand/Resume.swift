@@ -4,6 +4,7 @@ import Haul
 
 struct Resume: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "resume",
         abstract: "Continue every unfinished batch in the state database.",
         discussion: """
             Partial files continue with a validated Range request; files already complete are not fetched again. \

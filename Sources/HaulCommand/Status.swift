@@ -4,6 +4,7 @@ import Haul
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "status",
         abstract: "Show the batches in the state database, or the transfers of one batch.",
         discussion: "Exit codes: 0 shown; 1 the state database cannot be read; 64 bad usage or an unknown batch."
     )
