@@ -447,7 +447,14 @@ extension TransferManager: Download.Observer {
         // Written before it returns, outside the lock, with everything queued before it: the record must be in the
         // database before the rename, or a process killed right after the rename would download the file again
         // under another name. It suspends while the database works; it does not block a thread.
-        await self.storeWriter?.flushAndWait(adding: .publishing(id, finalPath: path.path, size: byteCount))
+        // It waits for others to share its commit only while other transfers are still on the network: the last
+        // files of a batch have no one to wait for.
+        guard let storeWriter = self.storeWriter else { return }
+        let othersOnNetwork = self.core.withLockedValue { $0.scheduler.runningCount > 0 }
+        await storeWriter.flushAndWait(
+            adding: .publishing(id, finalPath: path.path, size: byteCount),
+            lingering: othersOnNetwork
+        )
     }
 
 }

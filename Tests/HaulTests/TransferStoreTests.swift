@@ -306,4 +306,15 @@ struct TransferStoreTests {
         #expect(writer.transactionCount - before <= 2, "sixteen records, one transaction (two if one came late)")
         #expect(writer.lastError == nil)
     }
+
+    @Test func aPublishingRecordWithNoOneToWaitForIsWrittenWithoutTheWait() async throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let writer = StoreWriter(store: store, publishingLinger: .seconds(60))
+        writer.enqueue(.insertItem(batchID: batch, position: 0, row: self.row("last")))
+        let started = ContinuousClock.now
+        await writer.flushAndWait(adding: .publishing("last", finalPath: "/tmp/x/last", size: 5), lingering: false)
+        #expect(ContinuousClock.now - started < .seconds(30), "not the writer's minute")
+        #expect(try store.row("last")?.finalPath == "/tmp/x/last")
+    }
 }

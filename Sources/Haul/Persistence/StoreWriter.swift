@@ -76,11 +76,12 @@ package final class StoreWriter: Sendable {
     }
 
     /// Writes what is queued now and then `last`, in one transaction, suspending (not blocking) until it is written.
-    /// When no transaction is under way, the transaction starts after ``linger``, so that the records of files that
-    /// finish together share it (the publishing records, one per file).
-    func flushAndWait(adding last: StoreOperation) async {
+    /// When `lingering` and no transaction is under way, the transaction starts after ``linger``, so that the
+    /// records of files that finish together share it (the publishing records, one per file).
+    func flushAndWait(adding last: StoreOperation, lingering: Bool = true) async {
+        let linger = lingering ? self.linger : nil
         await withCheckedContinuation { continuation in
-            self.submit(adding: [last], lingering: self.linger, then: { _ in }) { _ in continuation.resume() }
+            self.submit(adding: [last], lingering: linger, then: { _ in }) { _ in continuation.resume() }
         }
     }
 
