@@ -421,12 +421,13 @@ extension TransferManager {
                 }
             }
             for id in ids {
-                self.transfers[id]!.machine.started()
-                self.transfers[id]!.stopSignal = StopSignal()
-                self.transfers[id]!.bandwidth = BandwidthLimiter(
-                    bytesPerSecond: self.transfers[id]!.request.bandwidthLimit
-                )
-                self.progressCells[id] = ProgressCell(self.transfers[id]!.receivedBytes)
+                let receivedBytes = self.withTransfer(id) { record in
+                    record.machine.started()
+                    record.stopSignal = StopSignal()
+                    record.bandwidth = BandwidthLimiter(bytesPerSecond: record.request.bandwidthLimit)
+                    return record.receivedBytes
+                }
+                self.progressCells[id] = ProgressCell(receivedBytes!)
                 self.starts.yield(id)
             }
         }
@@ -487,7 +488,7 @@ extension TransferManager {
             var retryDelay: Duration?
             if case .failed(let error) = outcome {
                 retryDelay = self.configuration.retryPolicy.delay(
-                    afterAttempt: self.transfers[id]!.machine.attempts,
+                    afterAttempt: self.withTransfer(id) { $0.machine.attempts }!,
                     failingWith: error,
                     retryAfter: error.retryAfter,
                     random: .random(in: 0...1)
@@ -497,16 +498,18 @@ extension TransferManager {
                 let checkpoint: Checkpoint = if case .completed = outcome { .never } else { .now }
                 self.progressed(id, receivedBytes: cell.load(), at: now, checkpoint: checkpoint)
             }
-            let action = self.transfers[id]!.machine.attemptEnded(machineOutcome, retryDelay: retryDelay)
-            self.transfers[id]!.stopSignal = nil
-            self.transfers[id]!.bandwidth = nil
+            let (action, host, attempts) = self.withTransfer(id) { record in
+                let action = record.machine.attemptEnded(machineOutcome, retryDelay: retryDelay)
+                record.stopSignal = nil
+                record.bandwidth = nil
+                return (action, record.host, record.machine.attempts)
+            }!
             if case .scheduleRetry(let delay) = action, case .failed(let error) = outcome {
-                let host = self.transfers[id]!.host
                 let signal = StopSignal()
-                self.transfers[id]!.stopSignal = signal
+                self.withTransfer(id) { $0.stopSignal = signal }
                 // Retry-After speaks for the whole host: hold it before the freed slot goes to another transfer.
                 if error.retryAfter != nil { self.scheduler.hold(host) }
-                self.emit(id, .retrying(attempt: self.transfers[id]!.machine.attempts, delay: delay, error: error))
+                self.emit(id, .retrying(attempt: attempts, delay: delay, error: error))
                 self.start(self.scheduler.runningEnded(id))
                 return RetryWait(delay: delay, signal: signal, heldHost: error.retryAfter != nil ? host : nil)
             }
@@ -667,8 +670,10 @@ extension TransferManager {
 
         mutating func attemptStarted(_ id: TransferID, offset: Int64) {
             // An upload sends its body from the start again, but its progress never goes back.
-            if self.transfers[id]?.request.isDownload == true { self.transfers[id]?.receivedBytes = offset }
-            self.transfers[id]?.unsavedStart = ContinuousClock.now
+            self.withTransfer(id) { record in
+                if record.request.isDownload { record.receivedBytes = offset }
+                record.unsavedStart = ContinuousClock.now
+            }
             self.emit(id, .started(offset: offset))
         }
 
@@ -689,7 +694,9 @@ extension TransferManager {
             }
             guard let (batches, expected) = updated else { return }
             for batchID in batches {
-                self.batches[batchID]?.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: expected)
+                self.withBatch(batchID) {
+                    $0.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: expected)
+                }
             }
         }
 
@@ -736,11 +743,9 @@ extension TransferManager {
             guard let (due, progress, batches, expectedBytes) = updated else { return }
             if due { self.emit(id, .progressed(progress)) }
             for batchID in batches {
-                self.batches[batchID]?.tracker.progressed(
-                    id,
-                    receivedBytes: receivedBytes,
-                    expectedBytes: expectedBytes
-                )
+                self.withBatch(batchID) {
+                    $0.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: expectedBytes)
+                }
                 self.emitBatchProgress(batchID, at: now, force: false)
             }
         }
@@ -852,7 +857,7 @@ extension TransferManager {
             aftermath: inout Aftermath,
             emitted: Bool = false
         ) {
-            guard let indices = self.batches[batchID]?.pending.removeValue(forKey: id) else { return }
+            guard let indices = self.withBatch(batchID, { $0.pending.removeValue(forKey: id) }) ?? nil else { return }
             for index in indices {
                 self.settle(index: index, in: batchID, result: result, at: now, aftermath: &aftermath, emitted: emitted)
             }
@@ -982,7 +987,8 @@ extension TransferManager.Core {
         to store: StoreWriter
     ) {
         switch kind {
-        case .queued, .resumed: store.enqueue(.state(id, .waiting, attempts: attempts))
+        case .queued: break  // the row was just inserted as waiting (``StoreOperation/insertItem``)
+        case .resumed: store.enqueue(.state(id, .waiting, attempts: attempts))
         case .started: break  // with the first checkpoint (``Record/unsavedStart``)
         case .paused: store.enqueue(.state(id, .paused, attempts: attempts))
         case .retrying: store.enqueue(.state(id, .waitingToRetry, attempts: attempts))
