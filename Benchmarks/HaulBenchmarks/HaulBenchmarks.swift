@@ -110,12 +110,12 @@ let benchmarks: @Sendable () -> Void = {
         let chunk = ByteBuffer(repeating: 0x5A, count: 65_536)
         for iteration in benchmark.scaledIterations {
             let path = folder.appending(path: "f\(iteration).part")
-            var file = try PartialFile(openingAt: path)
+            var file = try PartialFile(openingAt: path.path)
             for _ in 0..<1_024 { try file.append(chunk) }
             try file.flush()
             blackHole(file.size)
             _ = consume file
-            PartialFile.remove(path)
+            PartialFile.remove(path.path)
         }
     }
 }

@@ -33,9 +33,13 @@ extension TransferManager {
         var unsavedStart: ContinuousClock.Instant?
 
         /// A download's partial file; `nil` for an upload or a deletion.
-        var partPath: URL? {
+        var partPath: String? {
             guard self.request.isDownload else { return nil }
-            return Download.partPath(id: self.request.id, folder: self.folder, nameComponents: self.nameComponents)
+            return Download.partPath(
+                id: self.request.id,
+                folderPath: Download.folderPath(of: self.folder),
+                nameComponents: self.nameComponents
+            )
         }
 
         var state: TransferState {
@@ -162,7 +166,7 @@ extension TransferManager {
     /// What must happen after the lock is released: it calls out to code that may take the lock again.
     struct Aftermath: Sendable {
         var finishedStreams: [AsyncStream<BatchEvent>.Continuation] = []
-        var removedFiles: [URL] = []
+        var removedFiles: [String] = []
 
         func perform() {
             for stream in self.finishedStreams { stream.finish() }
@@ -272,7 +276,7 @@ extension TransferManager {
                 // A completed download whose file has since been deleted (a model removed, say) starts afresh.
                 var fileIsGone = false
                 if case .completed(let file) = existing.result, existing.isDownload {
-                    fileIsGone = !PartialFile.exists(file.path)
+                    fileIsGone = !PartialFile.exists(file.path.path)
                 }
                 if existing.state == .completed && !fileIsGone {
                     self.batches[batchID]!.tracker.added(request.id, expectedBytes: existing.expectedBytes)
@@ -450,6 +454,7 @@ extension TransferManager {
                 url: record.request.url,
                 headers: headers,
                 folder: record.folder,
+                folderPath: Download.folderPath(of: record.folder),
                 nameComponents: record.nameComponents,
                 usesContentDisposition: record.usesContentDisposition,
                 conflictPolicy: record.conflictPolicy,
@@ -1023,7 +1028,7 @@ extension TransferManager.Core {
             url: record.request.url.absoluteString,
             destinationKind: kind,
             destinationPath: path,
-            folder: record.folder.path,
+            folder: Download.folderPath(of: record.folder),
             nameComponents: JSONText.array(record.nameComponents),
             usesContentDisposition: record.usesContentDisposition,
             conflictPolicy: record.conflictPolicy.description,

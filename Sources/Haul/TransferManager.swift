@@ -443,7 +443,7 @@ extension TransferManager: Download.Observer {
         self.core.withLockedValue { $0.leftNetwork(id) }
     }
 
-    func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) async {
+    func willPublish(_ id: TransferID, at path: String, byteCount: Int64) async {
         // Written before it returns, outside the lock, with everything queued before it: the record must be in the
         // database before the rename, or a process killed right after the rename would download the file again
         // under another name. It suspends while the database works; it does not block a thread.
@@ -452,7 +452,7 @@ extension TransferManager: Download.Observer {
         guard let storeWriter = self.storeWriter else { return }
         let othersOnNetwork = self.core.withLockedValue { $0.scheduler.runningCount > 0 }
         await storeWriter.flushAndWait(
-            adding: .publishing(id, finalPath: path.path, size: byteCount),
+            adding: .publishing(id, finalPath: path, size: byteCount),
             lingering: othersOnNetwork
         )
     }

@@ -154,3 +154,27 @@ struct ChecksumTests {
         #expect(url.standardizedFilePath == url.standardizedFileURL.path)
     }
 }
+
+@Suite("Building files' paths")
+struct FilePathTests {
+    @Test func joinsAFolderAndNamesAsAppendingThemToItsURLWould() {
+        let folders = [
+            URL(filePath: "/tmp/haul out", directoryHint: .isDirectory),
+            URL(filePath: "/tmp/dl/", directoryHint: .isDirectory),
+            URL(filePath: "/", directoryHint: .isDirectory),
+        ]
+        let names = [["a.bin"], ["sub dir", "100% é.txt"], ["x#y?z;w", "[1].txt"], ["..a", "b%20c"]]
+        for folder in folders {
+            for components in names {
+                let expected = components.reduce(folder) { $0.appending(path: $1, directoryHint: .notDirectory) }.path
+                #expect(Download.path(in: Download.folderPath(of: folder), components) == expected)
+            }
+        }
+    }
+
+    @Test func dropsTheFoldersTrailingSlashes() {
+        #expect(Download.path(in: "/tmp/dl//", ["a"]) == "/tmp/dl/a")
+        #expect(Download.path(in: "/", ["a", "b"]) == "/a/b")
+        #expect(Download.folderPath(of: URL(filePath: "/tmp/dl/", directoryHint: .isDirectory)) == "/tmp/dl")
+    }
+}

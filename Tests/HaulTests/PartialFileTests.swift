@@ -27,7 +27,7 @@ struct PartialFileTests {
         let sizes = [1, 16_384, 7, 300_000, 65_536, 65_536, 65_536, 65_535, 3, 1_000_000, 12]
         var expected: [UInt8] = []
         do {
-            var file = try PartialFile(openingAt: path)
+            var file = try PartialFile(openingAt: path.path)
             for size in sizes {
                 let part = Self.bytes(size, from: expected.count)
                 expected += part
@@ -42,7 +42,7 @@ struct PartialFileTests {
     @Test func smallBuffersAreGatheredUntilTheBatchIsFull() throws {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part")
-        var file = try PartialFile(openingAt: path)
+        var file = try PartialFile(openingAt: path.path)
         for index in 0..<15 { try file.append(ByteBuffer(bytes: Self.bytes(16_384, from: index * 16_384))) }
         #expect(try Self.onDisk(path).isEmpty)
         try file.append(ByteBuffer(bytes: Self.bytes(16_384, from: 15 * 16_384)))
@@ -52,7 +52,7 @@ struct PartialFileTests {
     @Test func aFewBytesHeldInALargeBufferAreWrittenAtOnceRatherThanKeepingTheBufferAlive() throws {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part")
-        var file = try PartialFile(openingAt: path)
+        var file = try PartialFile(openingAt: path.path)
         var large = ByteBuffer(bytes: Self.bytes(PartialFile.maximumHeldStorage))
         let slice = large.readSlice(length: 100)!
         try file.append(slice)
@@ -62,7 +62,7 @@ struct PartialFileTests {
     @Test func manyTinyBuffersAreWrittenBeforeTheyPassTheSystemsLimitOfVectors() throws {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part")
-        var file = try PartialFile(openingAt: path)
+        var file = try PartialFile(openingAt: path.path)
         for index in 0..<PartialFile.maximumBuffers - 1 {
             try file.append(ByteBuffer(bytes: Self.bytes(10, from: index * 10)))
         }
@@ -75,7 +75,7 @@ struct PartialFileTests {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part")
         try Data(Self.bytes(1_000)).write(to: path)
-        var file = try PartialFile(openingAt: path)
+        var file = try PartialFile(openingAt: path.path)
         #expect(file.size == 1_000)
         try file.append(ByteBuffer(bytes: Self.bytes(500, from: 1_000)))
         try file.flush()

@@ -25,7 +25,7 @@ package struct PartialFile: ~Copyable {
     /// holding that buffer holds all of it.
     static let maximumHeldStorage = 2 * batchSize
 
-    let path: URL
+    let path: String
     private let descriptor: Int32
     /// Received, not yet written, in order.
     private var pending: [ByteBuffer] = []
@@ -35,30 +35,24 @@ package struct PartialFile: ~Copyable {
     package private(set) var size: Int64
 
     /// Opens (creating it, with its folders) the partial file at `path`; its current size is where writing resumes.
-    package init(openingAt path: URL) throws(HaulError) {
+    package init(openingAt path: String) throws(HaulError) {
         let flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC
-        var descriptor = open(path.path, flags, 0o644)
+        var descriptor = open(path, flags, 0o644)
         if descriptor < 0, errno == ENOENT {
             // The folder is missing: create it (and its parents) once, then open again. Not done up front: a
             // batch opens thousands of files in folders that exist, and each check is a system call.
+            let folder = URL(filePath: path).deletingLastPathComponent()
             do {
-                try FileManager.default.createDirectory(
-                    at: path.deletingLastPathComponent(),
-                    withIntermediateDirectories: true
-                )
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             } catch {
-                throw HaulError(
-                    .fileSystem,
-                    "Cannot create the folder \(path.deletingLastPathComponent().path)",
-                    underlying: error
-                )
+                throw HaulError(.fileSystem, "Cannot create the folder \(folder.path)", underlying: error)
             }
-            descriptor = open(path.path, flags, 0o644)
+            descriptor = open(path, flags, 0o644)
         }
-        guard descriptor >= 0 else { throw .posix("Cannot open \(path.path)") }
+        guard descriptor >= 0 else { throw .posix("Cannot open \(path)") }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            let error = HaulError.posix("Cannot read the size of \(path.path)")
+            let error = HaulError.posix("Cannot read the size of \(path)")
             close(descriptor)
             throw error
         }
@@ -94,7 +88,7 @@ package struct PartialFile: ~Copyable {
         }
         guard result == 0 else {
             errno = result
-            throw .posix("Cannot write to \(self.path.path)")
+            throw .posix("Cannot write to \(self.path)")
         }
         self.pending.removeAll(keepingCapacity: true)
         self.pendingBytes = 0
@@ -103,7 +97,7 @@ package struct PartialFile: ~Copyable {
 
     /// Forces the written bytes to stable storage.
     func synchronize() throws(HaulError) {
-        guard fsync(self.descriptor) == 0 else { throw .posix("Cannot sync \(self.path.path)") }
+        guard fsync(self.descriptor) == 0 else { throw .posix("Cannot sync \(self.path)") }
     }
 
     /// Calls `body` with an `iovec` per buffer, each pointing into its buffer's readable bytes (valid in `body`).
@@ -157,9 +151,9 @@ package struct PartialFile: ~Copyable {
 
 extension PartialFile {
     /// Feeds the first `count` bytes already on disk to `body`, in chunks, to hash a resumed file from its start.
-    static func read(_ path: URL, upTo count: Int64, _ body: (UnsafeRawBufferPointer) -> Void) throws(HaulError) {
-        let descriptor = open(path.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else { throw .posix("Cannot open \(path.path)") }
+    static func read(_ path: String, upTo count: Int64, _ body: (UnsafeRawBufferPointer) -> Void) throws(HaulError) {
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { throw .posix("Cannot open \(path)") }
         defer { close(descriptor) }
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: PartialFile.batchSize, alignment: 16)
         defer { chunk.deallocate() }
@@ -168,64 +162,64 @@ extension PartialFile {
             let wanted = Int(min(Int64(chunk.count), count - offset))
             let got = pread(descriptor, chunk.baseAddress!, wanted, off_t(offset))
             if got < 0, errno == EINTR { continue }
-            guard got > 0 else { throw .posix("Cannot read \(path.path)") }
+            guard got > 0 else { throw .posix("Cannot read \(path)") }
             body(UnsafeRawBufferPointer(rebasing: chunk[..<got]))
             offset += Int64(got)
         }
     }
 
     /// Moves a finished file into place without replacing anything: `false` when `target` exists.
-    static func publishWithoutReplacing(_ source: URL, at target: URL) throws(HaulError) -> Bool {
+    static func publishWithoutReplacing(_ source: String, at target: String) throws(HaulError) -> Bool {
         // One atomic call where the system has it (renameat2 / renamex_np).
-        if haul_rename_noreplace(source.path, target.path) == 0 { return true }
+        if haul_rename_noreplace(source, target) == 0 { return true }
         if errno == EEXIST { return false }
-        guard errno == ENOTSUP else { throw .posix("Cannot move \(source.path) to \(target.path)") }
+        guard errno == ENOTSUP else { throw .posix("Cannot move \(source) to \(target)") }
         // Else link(2), which fails with EEXIST instead of replacing, atomically, on every POSIX file system.
-        if link(source.path, target.path) == 0 {
-            unlink(source.path)
+        if link(source, target) == 0 {
+            unlink(source)
             return true
         }
         if errno == EEXIST { return false }
         if errno == ENOTSUP || errno == EPERM || errno == EXDEV {
             // File systems without hard links: check, then rename (a narrow race, documented).
-            if FileManager.default.fileExists(atPath: target.path) { return false }
+            if FileManager.default.fileExists(atPath: target) { return false }
             return try self.publishReplacing(source, at: target)
         }
-        throw .posix("Cannot move \(source.path) to \(target.path)")
+        throw .posix("Cannot move \(source) to \(target)")
     }
 
     /// Moves a finished file into place, replacing what is there atomically.
     @discardableResult
-    static func publishReplacing(_ source: URL, at target: URL) throws(HaulError) -> Bool {
-        guard rename(source.path, target.path) == 0 else {
-            throw .posix("Cannot move \(source.path) to \(target.path)")
+    static func publishReplacing(_ source: String, at target: String) throws(HaulError) -> Bool {
+        guard rename(source, target) == 0 else {
+            throw .posix("Cannot move \(source) to \(target)")
         }
         return true
     }
 
     /// Removes a file if it exists.
-    package static func remove(_ path: URL) {
-        unlink(path.path)
+    package static func remove(_ path: String) {
+        unlink(path)
     }
 
     /// The size of the file at `path`, 0 when there is none; an error when it is not a regular file (a symbolic
     /// link planted at a partial file's path is refused, never followed).
-    static func size(of path: URL) throws(HaulError) -> Int64 {
+    static func size(of path: String) throws(HaulError) -> Int64 {
         var status = stat()
-        guard lstat(path.path, &status) == 0 else {
+        guard lstat(path, &status) == 0 else {
             if errno == ENOENT { return 0 }
-            throw .posix("Cannot read \(path.path)")
+            throw .posix("Cannot read \(path)")
         }
         guard (status.st_mode & S_IFMT) == S_IFREG else {
-            throw HaulError(.fileSystem, "\(path.path) is not a regular file; it is left alone")
+            throw HaulError(.fileSystem, "\(path) is not a regular file; it is left alone")
         }
         return Int64(status.st_size)
     }
 
     /// Whether anything (a file, a folder, a link) is at `path`.
-    static func exists(_ path: URL) -> Bool {
+    static func exists(_ path: String) -> Bool {
         var status = stat()
-        return lstat(path.path, &status) == 0
+        return lstat(path, &status) == 0
     }
 }
 

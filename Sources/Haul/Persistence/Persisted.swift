@@ -44,7 +44,7 @@ struct Persisted: Sendable {
         if !components.isEmpty {
             let part = Download.partPath(
                 id: request.id,
-                folder: URL(filePath: row.folder, directoryHint: .isDirectory),
+                folderPath: row.folder,
                 nameComponents: components
             )
             partExists = PartialFile.exists(part)

@@ -48,6 +48,9 @@ extension Download {
         var headers: [(name: String, value: String)]
         /// The folder nothing may be written outside of.
         var folder: URL
+        /// ``folder``'s path, without a trailing slash: the files' paths are built from it as text, not as URLs (each
+        /// URL step and `path` conversion allocated, several times per file).
+        var folderPath: String
         /// The file's path below ``folder``, as known before any response.
         var nameComponents: [String]
         /// Whether a `Content-Disposition` name replaces the last component.
@@ -93,22 +96,42 @@ extension Download {
         }
 
         /// The final path for a name.
-        func finalPath(_ components: [String]) -> URL {
-            components.reduce(self.folder) { $0.appending(path: $1, directoryHint: .notDirectory) }
+        func finalPath(_ components: [String]) -> String {
+            Download.path(in: self.folderPath, components)
         }
 
         /// The partial file: beside the final file, named after it and the transfer, so that transfers that want
         /// the same final name never share a partial file.
-        var partPath: URL { Download.partPath(id: self.id, folder: self.folder, nameComponents: self.nameComponents) }
+        var partPath: String {
+            Download.partPath(id: self.id, folderPath: self.folderPath, nameComponents: self.nameComponents)
+        }
     }
 
     /// The partial file of a transfer: `NAME.TAG.part` beside the final file, where TAG comes from the identifier.
-    static func partPath(id: TransferID, folder: URL, nameComponents: [String]) -> URL {
+    static func partPath(id: TransferID, folderPath: String, nameComponents: [String]) -> String {
         let name = FileNaming.truncated(nameComponents.last!, maximumBytes: FileNaming.maximumNameBytes - 22)
         let tag = String(TransferID.derived(url: id.rawValue, destination: "").rawValue.prefix(8))
-        return (nameComponents.dropLast() + ["\(name).\(tag).part"]).reduce(folder) {
-            $0.appending(path: $1, directoryHint: .notDirectory)
+        return self.path(in: folderPath, nameComponents.dropLast() + ["\(name).\(tag).part"])
+    }
+
+    /// A folder's path (as `URL.path` gives it) followed by file-name components (sanitised names, without
+    /// slashes), joined with slashes: what appending each component to the folder's URL and taking its path gives.
+    static func path(in folderPath: String, _ components: some Sequence<String>) -> String {
+        var path = folderPath
+        while path.count > 1, path.hasSuffix("/") { path.removeLast() }
+        if path == "/" { path = "" }
+        for component in components {
+            path += "/"
+            path += component
         }
+        return path
+    }
+
+    /// A folder URL's path as ``Plan/folderPath`` holds it.
+    static func folderPath(of folder: URL) -> String {
+        var path = folder.path
+        while path.count > 1, path.hasSuffix("/") { path.removeLast() }
+        return path
     }
 
     /// Hears what an attempt learns, to update the manager's record and emit events.
@@ -120,7 +143,7 @@ extension Download {
         /// left): its slots may go to the next transfers.
         func leftNetwork(_ id: TransferID)
         /// The finished file is about to be renamed to `path`; returns once that is recorded (synchronously).
-        func willPublish(_ id: TransferID, at path: URL, byteCount: Int64) async
+        func willPublish(_ id: TransferID, at path: String, byteCount: Int64) async
     }
 
     /// Runs one attempt to completion, failure or stop; never throws.
@@ -266,7 +289,7 @@ extension Download {
         observer.responseAccepted(plan.id, validator: validator, expectedBytes: expectedBytes, receivedBytes: offset)
         var file = try PartialFile(openingAt: partPath)
         guard file.size == offset else {
-            throw HaulError(.fileSystem, "\(partPath.path) changed while it was being resumed")
+            throw HaulError(.fileSystem, "\(partPath) changed while it was being resumed")
         }
 
         var checksumDigester = plan.checksum.map { Digester($0.algorithm) }
@@ -371,7 +394,7 @@ extension Download {
         }
         if plan.synchronizesFiles { try file.synchronize() }
         _ = consume file
-        if let validates = plan.hooks.validatesFile, !validates(plan.id, partPath) {
+        if let validates = plan.hooks.validatesFile, !validates(plan.id, URL(filePath: partPath)) {
             PartialFile.remove(partPath)
             throw HaulError(.validationFailed, "The file validator rejected the file", httpStatus: status)
         }
@@ -411,9 +434,9 @@ extension Download {
         guard plan.conflictPolicy == .skip || plan.conflictPolicy == .fail else { return nil }
         let path = plan.finalPath(nameComponents)
         guard PartialFile.exists(path) else { return nil }
-        if plan.conflictPolicy == .skip { return .skipped(existing: path) }
+        if plan.conflictPolicy == .skip { return .skipped(existing: URL(filePath: path)) }
         if plan.conflictPolicy == .fail {
-            return .failed(HaulError(.fileExists, "\(path.path) exists (conflict policy: fail)"))
+            return .failed(HaulError(.fileExists, "\(path) exists (conflict policy: fail)"))
         }
         return nil
     }
@@ -425,7 +448,7 @@ extension Download {
     /// takes the name in between, the next name is chosen and reported.
     private static func publish(
         _ plan: Plan,
-        partPath part: URL,
+        partPath part: String,
         byteCount: Int64,
         sha256: String?,
         observer: some Observer
@@ -433,15 +456,15 @@ extension Download {
         observer.leftNetwork(plan.id)
         var components = plan.nameComponents
         let name = components.removeLast()
-        func path(_ name: String) -> URL { plan.finalPath(components + [name]) }
-        func completed(_ target: URL, named finalName: String) -> AttemptOutcome {
+        func path(_ name: String) -> String { plan.finalPath(components + [name]) }
+        func completed(_ target: String, named finalName: String) -> AttemptOutcome {
             .completed(
                 CompletedFile(
                     folder: plan.folder,
                     relativePath: (components + [finalName]).joined(separator: "/"),
                     byteCount: byteCount,
                     sha256: sha256,
-                    modificationTime: Persisted.sizeAndModification(target.path)?.1
+                    modificationTime: Persisted.sizeAndModification(target)?.1
                 )
             )
         }
@@ -466,10 +489,10 @@ extension Download {
             if try PartialFile.publishWithoutReplacing(part, at: target) { return completed(target, named: candidate) }
         }
         PartialFile.remove(part)
-        if plan.conflictPolicy == .skip { return .skipped(existing: path(name)) }
+        if plan.conflictPolicy == .skip { return .skipped(existing: URL(filePath: path(name))) }
         if plan.conflictPolicy == .fail {
-            return .failed(HaulError(.fileExists, "\(path(name).path) exists (conflict policy: fail)"))
+            return .failed(HaulError(.fileExists, "\(path(name)) exists (conflict policy: fail)"))
         }
-        throw HaulError(.fileExists, "No free name for \(path(name).path) after 9,999 tries")
+        throw HaulError(.fileExists, "No free name for \(path(name)) after 9,999 tries")
     }
 }
