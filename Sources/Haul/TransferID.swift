@@ -15,11 +15,14 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
 
     /// The identifier Haul derives for a URL and a destination: 16 hex digits of their SHA-256.
     public static func derived(url: String, destination: String) -> TransferID {
+        // Over the strings' own bytes (no copies into arrays): computed for every request, and for every attempt's
+        // partial file name.
         var hasher = SHA256()
-        hasher.update(data: Array(url.utf8))
-        hasher.update(data: [0])
-        hasher.update(data: Array(destination.utf8))
-        return TransferID(String(hexOf: hasher.finalize().prefix(8)))
+        var (url, destination) = (url, destination)
+        url.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
+        withUnsafeBytes(of: UInt8(0)) { hasher.update(bufferPointer: $0) }
+        destination.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
+        return TransferID(hasher.finalize().withUnsafeBytes { String(hexOf: $0.prefix(8)) })
     }
 
     public var description: String { self.rawValue }
@@ -46,12 +49,22 @@ public struct BatchID: Hashable, Sendable, CustomStringConvertible {
 extension String {
     /// Lower-case hex of the bytes.
     init<Bytes: Sequence>(hexOf bytes: Bytes) where Bytes.Element == UInt8 {
-        let digits = Array("0123456789abcdef".utf8)
-        var utf8: [UInt8] = []
-        for byte in bytes {
-            utf8.append(digits[Int(byte >> 4)])
-            utf8.append(digits[Int(byte & 0x0f)])
+        self.init(hexOf: Array(bytes))
+    }
+
+    /// Lower-case hex of the bytes, written straight into the string's storage.
+    init<Bytes: Collection>(hexOf bytes: Bytes) where Bytes.Element == UInt8 {
+        self.init(unsafeUninitializedCapacity: bytes.count * 2) { utf8 in
+            func digit(_ value: UInt8) -> UInt8 {
+                value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+            }
+            var index = 0
+            for byte in bytes {
+                utf8[index] = digit(byte >> 4)
+                utf8[index + 1] = digit(byte & 0x0f)
+                index += 2
+            }
+            return index
         }
-        self = String(decoding: utf8, as: UTF8.self)
     }
 }

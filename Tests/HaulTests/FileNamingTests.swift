@@ -178,3 +178,21 @@ struct FilePathTests {
         #expect(Download.folderPath(of: URL(filePath: "/tmp/dl/", directoryHint: .isDirectory)) == "/tmp/dl")
     }
 }
+
+@Suite("Deriving identifiers")
+struct DerivedIdentifierTests {
+    @Test func areTheFirstSixteenHexDigitsOfTheSHA256OfURLZeroAndDestination() {
+        // Pinned: a store written by an earlier version names its transfers with these (Python's hashlib agrees).
+        #expect(
+            TransferID.derived(url: "https://example.com/a.jpg", destination: "folder:/tmp/photos").rawValue
+                == "202217891a3d3dd1"
+        )
+        #expect(TransferID.derived(url: "https://example.com/é x", destination: "").rawValue == "a341c6ed00efc95d")
+    }
+
+    @Test func hexIsLowerCaseTwoDigitsPerByte() {
+        #expect(String(hexOf: [0x00, 0x01, 0xab, 0xff]) == "0001abff")
+        #expect(String(hexOf: [UInt8]()) == "")
+        #expect(String(hexOf: (0..<3).lazy.map { UInt8($0 * 100) }) == "0064c8")
+    }
+}
