@@ -167,8 +167,12 @@ extension TransferManager {
     struct Aftermath: Sendable {
         var finishedStreams: [AsyncStream<BatchEvent>.Continuation] = []
         var removedFiles: [String] = []
+        /// Signals to fire: firing one cancels its attempt's task, which runs the task's cancellation handlers on the
+        /// spot; they must not run under the lock.
+        var stopSignals: [StopSignal] = []
 
         func perform() {
+            for signal in self.stopSignals { signal.fire() }
             for stream in self.finishedStreams { stream.finish() }
             for file in self.removedFiles { PartialFile.remove(file) }
         }
@@ -636,7 +640,7 @@ extension TransferManager {
                     )
                 )
             case .stopAttempt:
-                self.transfers[id]!.stopSignal?.fire()
+                if let signal = self.transfers[id]!.stopSignal { aftermath.stopSignals.append(signal) }
             case .reportPaused:
                 self.emit(id, .paused)
             case .enqueue:
@@ -650,10 +654,10 @@ extension TransferManager {
             case .scheduleRetry:
                 preconditionFailure("A retry is scheduled only when an attempt ends")
             case .stopRetryWaitAndReportPaused:
-                self.transfers[id]!.stopSignal?.fire()
+                if let signal = self.transfers[id]!.stopSignal { aftermath.stopSignals.append(signal) }
                 self.emit(id, .paused)
             case .stopRetryWaitAndFinish(let outcome):
-                self.transfers[id]!.stopSignal?.fire()
+                if let signal = self.transfers[id]!.stopSignal { aftermath.stopSignals.append(signal) }
                 self.apply(
                     .finish(outcome, removePartialFile: true, dequeue: false),
                     to: id,

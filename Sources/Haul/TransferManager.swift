@@ -140,21 +140,23 @@ public final class TransferManager: Sendable {
         case .completedElsewhere(let file):
             return .completed(file)
         }
-        // The attempt runs in a task of its own that the signal cancels (a pause, a cancel), and that a cancellation
-        // of this task reaches too: one task per attempt, where a task group with a second task waiting on the
-        // signal cost a dozen allocations and two more task switches per file.
-        let attempt = Task {
-            switch plan.operation {
-            case .download: await Download.run(plan, transport: self.transport, observer: self)
-            case .upload(let upload): await Upload.run(plan, upload, transport: self.transport, observer: self)
-            case .delete(let deletion): await Deletion.run(plan, deletion, transport: self.transport, observer: self)
+        return await withTaskGroup(of: Download.AttemptOutcome?.self) { group in
+            group.addTask {
+                switch plan.operation {
+                case .download: await Download.run(plan, transport: self.transport, observer: self)
+                case .upload(let upload): await Upload.run(plan, upload, transport: self.transport, observer: self)
+                case .delete(let deletion):
+                    await Deletion.run(plan, deletion, transport: self.transport, observer: self)
+                }
             }
-        }
-        signal.onFire { attempt.cancel() }
-        return await withTaskCancellationHandler {
-            await attempt.value
-        } onCancel: {
-            attempt.cancel()
+            group.addTask {
+                await signal.wait()
+                return nil
+            }
+            let first = await group.next()!
+            group.cancelAll()
+            if let first { return first }
+            return await group.next()!!
         }
     }
 

@@ -2,47 +2,23 @@ import NIOConcurrencyHelpers
 
 /// A one-shot signal that asks a running attempt to stop.
 ///
-/// The attempt's driver registers the attempt's task with it (``onFire(_:)``): when it fires, that task is
-/// cancelled. A retry's wait waits on it (``wait(upTo:)``).
+/// The attempt's driver waits on it beside the request; when it fires, the driver cancels the request's task.
 final class StopSignal: Sendable {
     private enum State {
         case idle
         case waiting(CheckedContinuation<Void, Never>)
-        case cancelling(@Sendable () -> Void)
         case fired
     }
     private let state = NIOLockedValueBox(State.idle)
 
     /// Fires the signal; later calls do nothing.
     func fire() {
-        let (continuation, cancel) = self.state.withLockedValue {
-            state -> (CheckedContinuation<Void, Never>?, (@Sendable () -> Void)?) in
+        let continuation: CheckedContinuation<Void, Never>? = self.state.withLockedValue { state in
             defer { state = .fired }
-            switch state {
-            case .waiting(let continuation): return (continuation, nil)
-            case .cancelling(let cancel): return (nil, cancel)
-            case .idle, .fired: return (nil, nil)
-            }
+            if case .waiting(let continuation) = state { return continuation }
+            return nil
         }
         continuation?.resume()
-        cancel?()
-    }
-
-    /// Runs `cancel` when the signal fires, or at once if it has fired already. For one attempt's task: a signal
-    /// takes one registration, and is not waited on as well.
-    func onFire(_ cancel: @escaping @Sendable () -> Void) {
-        let firedAlready = self.state.withLockedValue { state -> Bool in
-            switch state {
-            case .idle:
-                state = .cancelling(cancel)
-                return false
-            case .fired:
-                return true
-            case .waiting, .cancelling:
-                preconditionFailure("A stop signal takes one waiter or one registration")
-            }
-        }
-        if firedAlready { cancel() }
     }
 
     /// Returns when the signal fires or the calling task is cancelled (which does not fire it: the signal can be
