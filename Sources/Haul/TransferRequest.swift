@@ -91,8 +91,17 @@ extension URL {
     /// `.` or `..` component, no doubled slash): the usual case, and one call per request submitted.
     var standardizedFilePath: String {
         let path = self.path
-        if path.hasPrefix("/"), !path.contains("/."), !path.contains("//") { return path }
-        return self.standardizedFileURL.path
+        // Looked for byte by byte: `String.contains(_:)` with a string goes through Foundation's `NSString` search.
+        var isStandard = path.utf8.first == UInt8(ascii: "/")
+        var previous: UInt8 = 0
+        for byte in path.utf8 {
+            if previous == UInt8(ascii: "/"), byte == UInt8(ascii: ".") || byte == UInt8(ascii: "/") {
+                isStandard = false
+                break
+            }
+            previous = byte
+        }
+        return isStandard ? path : self.standardizedFileURL.path
     }
 }
 

@@ -48,7 +48,8 @@ enum FileNaming {
     static func name(fromURL url: URL) -> String {
         let path = url.path(percentEncoded: true)
         guard !path.hasSuffix("/"), let last = path.split(separator: "/").last else { return self.fallbackName }
-        let decoded = last.contains("%") ? String(last).removingPercentEncoding ?? String(last) : String(last)
+        let decoded =
+            last.utf8.contains(UInt8(ascii: "%")) ? String(last).removingPercentEncoding ?? String(last) : String(last)
         return self.sanitizedName(decoded) ?? self.fallbackName
     }
 
