@@ -167,8 +167,8 @@ extension TransferManager {
     struct Aftermath: Sendable {
         var finishedStreams: [AsyncStream<BatchEvent>.Continuation] = []
         var removedFiles: [String] = []
-        /// Signals to fire: firing one cancels its attempt's task, which runs the task's cancellation handlers on the
-        /// spot; they must not run under the lock.
+        /// Stop signals to fire once the lock is released: firing one wakes its attempt's waiter, which cancels the
+        /// attempt; none of that needs the lock.
         var stopSignals: [StopSignal] = []
 
         func perform() {
