@@ -117,8 +117,7 @@ extension Download {
     /// A folder's path (as `URL.path` gives it) followed by file-name components (sanitised names, without
     /// slashes), joined with slashes: what appending each component to the folder's URL and taking its path gives.
     static func path(in folderPath: String, _ components: some Sequence<String>) -> String {
-        var path = folderPath
-        while path.count > 1, path.hasSuffix("/") { path.removeLast() }
+        var path = self.withoutTrailingSlashes(folderPath)
         if path == "/" { path = "" }
         for component in components {
             path += "/"
@@ -129,8 +128,13 @@ extension Download {
 
     /// A folder URL's path as ``Plan/folderPath`` holds it.
     static func folderPath(of folder: URL) -> String {
-        var path = folder.path
-        while path.count > 1, path.hasSuffix("/") { path.removeLast() }
+        self.withoutTrailingSlashes(folder.path)
+    }
+
+    /// `path` without trailing slashes, but `/` for the root.
+    private static func withoutTrailingSlashes(_ path: String) -> String {
+        var path = path
+        while path.utf8.count > 1, path.utf8.last == UInt8(ascii: "/") { path.removeLast() }
         return path
     }
 
