@@ -21,6 +21,9 @@ public struct CompletedFile: Hashable, Sendable {
     public var sha256: String?
     /// Its modification time when it was published (seconds since 1970): how a later run tells it is unchanged.
     var modificationTime: Double?
+    /// Whether the store recorded this completion before the file was renamed into place (a download's publishing
+    /// record), so that it needs no record of its own afterwards. Not part of the value (equality, hashing).
+    var isRecordedInStore = false
 
     /// How ``path`` is kept. A downloaded file keeps its folder (one `URL` shared by every file in it) and its path
     /// in it: a parsed `URL` takes about 430 bytes, and a batch of 100,000 files keeps 100,000 results.

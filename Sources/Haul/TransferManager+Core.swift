@@ -31,6 +31,9 @@ extension TransferManager {
         /// they are written with its first checkpoint, half a second in, or when it ends unfinished. A small file
         /// completes before that, and costs the store no write between its insert and its completion.
         var unsavedStart: ContinuousClock.Instant?
+        /// Whether the running attempt's body has arrived and it is publishing its file: its completion is being
+        /// recorded (``StoreOperation/publishing``), and no periodic checkpoint may follow it and say running again.
+        var hasLeftNetwork = false
 
         /// A download's partial file; `nil` for an upload or a deletion.
         var partPath: String? {
@@ -442,6 +445,7 @@ extension TransferManager {
 
         /// A running transfer's body has arrived: its slots go to the next transfers while it publishes its file.
         mutating func leftNetwork(_ id: TransferID) {
+            self.withTransfer(id) { $0.hasLeftNetwork = true }
             self.start(self.scheduler.leftNetwork(id))
         }
 
@@ -682,6 +686,7 @@ extension TransferManager {
             self.withTransfer(id) { record in
                 if record.request.isDownload { record.receivedBytes = offset }
                 record.unsavedStart = ContinuousClock.now
+                record.hasLeftNetwork = false
             }
             self.emit(id, .started(offset: offset))
         }
@@ -785,7 +790,9 @@ extension TransferManager {
                 case .now: true
                 case .never: false
                 case .whenDue:
-                    if let start = record.unsavedStart {
+                    if record.hasLeftNetwork {
+                        false
+                    } else if let start = record.unsavedStart {
                         now - start >= Self.checkpointInterval
                     } else {
                         record.lastCheckpoint.map({
@@ -1002,7 +1009,9 @@ extension TransferManager.Core {
         case .paused: store.enqueue(.state(id, .paused, attempts: attempts))
         case .retrying: store.enqueue(.state(id, .waitingToRetry, attempts: attempts))
         case .progressed, .restarted: break
-        case .finished(.completed(let file)): store.enqueue(.completed(id, file, modified: file.modificationTime))
+        case .finished(.completed(let file)):
+            // A download's completion was recorded before its rename (``StoreOperation/publishing``).
+            if !file.isRecordedInStore { store.enqueue(.completed(id, file, modified: file.modificationTime)) }
         case .finished(.failed(let error)): store.enqueue(.failed(id, error, attempts: attempts))
         case .finished(.cancelled): store.enqueue(.state(id, .cancelled, attempts: attempts))
         case .finished(.skipped): store.enqueue(.state(id, .skipped, attempts: attempts))

@@ -72,6 +72,7 @@ public final class TransferManager: Sendable {
                 manager.shutDown()
                 try await group.waitForAll()
                 manager.storeWriter?.flush()
+                manager.storeWriter?.retire()
                 return outcome
             }
         } catch {
@@ -251,7 +252,8 @@ public final class TransferManager: Sendable {
     func lookUp(_ requests: [TransferRequest]) -> [Persisted?] {
         guard let store = self.configuration.store else { return Array(repeating: nil, count: requests.count) }
         let known = self.storedIDs.withLockedValue { ids in
-            if ids == nil { ids = (try? store.transferIDs()) ?? [] }
+            // A store just created holds none: no read on the way to the first request.
+            if ids == nil { ids = store.holdsNoTransfers ? [] : (try? store.transferIDs()) ?? [] }
             return ids!
         }
         // Transfers this manager has met since (a failed one submitted again) are in the store through it.
@@ -443,18 +445,25 @@ extension TransferManager: Download.Observer {
         self.core.withLockedValue { $0.leftNetwork(id) }
     }
 
-    func willPublish(_ id: TransferID, at path: String, byteCount: Int64) async {
+    func willPublish(
+        _ id: TransferID,
+        at path: String,
+        byteCount: Int64,
+        sha256: String?,
+        modificationTime: Double?
+    ) async -> Bool {
         // Written before it returns, outside the lock, with everything queued before it: the record must be in the
         // database before the rename, or a process killed right after the rename would download the file again
         // under another name. It suspends while the database works; it does not block a thread.
         // It waits for others to share its commit only while other transfers are still on the network: the last
         // files of a batch have no one to wait for.
-        guard let storeWriter = self.storeWriter else { return }
+        guard let storeWriter = self.storeWriter else { return false }
         let othersOnNetwork = self.core.withLockedValue { $0.scheduler.runningCount > 0 }
         await storeWriter.flushAndWait(
-            adding: .publishing(id, finalPath: path, size: byteCount),
+            adding: .publishing(id, finalPath: path, size: byteCount, sha256: sha256, modified: modificationTime),
             lingering: othersOnNetwork
         )
+        return true
     }
 
 }

@@ -117,6 +117,30 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aDownloadIsRecordedCompleteBeforeItsFileIsAnnounced() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/done": .init(body: Self.done)]) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let request = TransferRequest(url: server.url("/done"), into: folder.appending(path: "out"))
+                let recorded = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    manager in
+                    let batch = try manager.enqueue([request])
+                    for await event in batch.events {
+                        if case .transfer(let transfer) = event, case .finished(.completed) = transfer.kind {
+                            return try store.transfer(request.id)
+                        }
+                    }
+                    return nil
+                }
+                // Written before the rename, in full: not queued at the end for the next periodic write.
+                #expect(recorded?.state == "completed")
+                #expect(recorded?.finalPath?.path == folder.appending(path: "out/done").path)
+                #expect(recorded?.bytesOnDisk == 50_000)
+                #expect(recorded?.totalBytes == 50_000)
+            }
+        }
+    }
+
     @Test func aRunningTransferIsRecordedRunningWithItsSizeAndBytesOnceItHasRunHalfASecond() async throws {
         let resources: [String: FaultInjectingServer.Resource] = [
             "/big": .init(body: Self.big, chunkSize: 20_000, faults: [.stall(afterBytes: 60_000)])

@@ -154,6 +154,8 @@ struct TransferStoreTests {
             return
         }
         let current = LeaseOwner.current()
+        LeaseOwner.register(current)
+        defer { LeaseOwner.unregister(current) }
         guard case .claimed = try store.database.write({ try store.claim("a", owner: current, in: $0) }) else {
             Issue.record("a dead holder's lease is taken over")
             return
@@ -165,34 +167,148 @@ struct TransferStoreTests {
         }
     }
 
-    @Test func recognisesAFileRenamedIntoPlaceByAProcessKilledBeforeItRecordedTheCompletion() throws {
+    /// A folder with a transfer's row in the store, as a manager would have inserted it, and its partial file.
+    func publishingFixture(
+        _ store: TransferStore,
+        owner: String = "A"
+    ) throws -> (TransferRequest, folder: URL, part: URL, final: URL) {
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let store = try TransferStore()
         let request = TransferRequest(url: URL(string: "http://h/file.bin")!, into: folder)
         var row = self.row(request.id.rawValue)
         row.url = request.url.absoluteString
         row.destinationPath = folder.standardizedFileURL.path
         row.folder = folder.path
         row.nameComponents = "[\"file.bin\"]"
-        let final = folder.appending(path: "file.bin")
+        try store.apply(owner: owner, [.insertItem(batchID: try store.createBatch(), position: 0, row: row)])
+        let part = URL(
+            filePath: Download.partPath(id: request.id, folderPath: folder.path, nameComponents: ["file.bin"])
+        )
+        try Data("hello".utf8).write(to: part)
+        return (request, folder, part, folder.appending(path: "file.bin"))
+    }
+
+    @Test func aCompletionRecordedBeforeTheRenameIsFoundOnceTheFileIsInPlaceWithItsSizeAndTime() throws {
+        let store = try TransferStore()
+        let (request, folder, part, final) = try self.publishingFixture(store)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let modified = try #require(Persisted.sizeAndModification(part.path)?.1)
         try store.apply(
             owner: "A",
-            [
-                .insertItem(batchID: try store.createBatch(), position: 0, row: row),
-                .publishing(request.id, finalPath: final.path, size: 5),
-            ]
+            [.publishing(request.id, finalPath: final.path, size: 5, sha256: "ab", modified: modified)]
         )
-        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "no file there yet: not complete")
+        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "killed before the rename: not complete")
 
-        try Data("hello".utf8).write(to: final)
+        try FileManager.default.moveItem(at: part, to: final)
+        let found = try #require(Persisted.lookUp(request, in: store)?.completedFile)
+        #expect(found.path.path == final.path)
+        #expect(found.byteCount == 5)
+        #expect(found.sha256 == "ab")
+
+        try Data("hullo".utf8).write(to: final)
+        try FileManager.default.setAttributes(
+            [.modificationDate: Date(timeIntervalSince1970: 1)],
+            ofItemAtPath: final.path
+        )
+        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "same size, another time: not ours")
+    }
+
+    @Test func aCompletionRecordedBeforeTheRenameKeepsTheLeaseSoThatAnotherProcessWaitsForTheFile() throws {
+        let store = try TransferStore()
+        let me = LeaseOwner.current()
+        LeaseOwner.register(me)
+        defer { LeaseOwner.unregister(me) }
+        let (request, folder, part, final) = try self.publishingFixture(store, owner: me)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let modified = try #require(Persisted.sizeAndModification(part.path)?.1)
+        try store.apply(
+            owner: me,
+            [.publishing(request.id, finalPath: final.path, size: 5, sha256: nil, modified: modified)]
+        )
+        #expect(try store.row(request.id)?.leaseOwner == me)
+        guard case .heldElsewhere = try store.database.write({ try store.claim(request.id, owner: "B", in: $0) })
+        else {
+            Issue.record("before the rename, another process must not download the same file")
+            return
+        }
+        try FileManager.default.moveItem(at: part, to: final)
+        guard
+            case .completedElsewhere(let file) = try store.database.write({
+                try store.claim(request.id, owner: "B", in: $0)
+            })
+        else {
+            Issue.record("after the rename, another process finds the file complete")
+            return
+        }
+        #expect(file.path.path == final.path)
+
+        // Once its manager has ended, the lease is free at once: the file deleted, the next manager downloads it.
+        LeaseOwner.unregister(me)
+        try FileManager.default.removeItem(at: final)
+        guard case .claimed = try store.database.write({ try store.claim(request.id, owner: "C", in: $0) }) else {
+            Issue.record("an ended manager's lease is free")
+            return
+        }
+    }
+
+    @Test func recognisesAFileRenamedIntoPlaceUnderAnEarlierVersionsPublishingRecord() throws {
+        // Earlier versions recorded only the path and size before the rename, and the completion after it.
+        let store = try TransferStore()
+        let (request, folder, part, final) = try self.publishingFixture(store)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try store.database.write { db in
+            try db.execute(
+                sql: "UPDATE transfer SET finalPath = ?, finalSize = 5 WHERE id = ?",
+                arguments: [final.path, request.id.rawValue]
+            )
+        }
+        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "the partial file is still there")
+
+        try FileManager.default.moveItem(at: part, to: final)
         let found = try #require(Persisted.lookUp(request, in: store)?.completedFile)
         #expect(found.path.path == final.path)
         #expect(found.byteCount == 5)
 
         try Data("hello!".utf8).write(to: final)
         #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "another size: not ours")
+    }
+
+    @Test func aStoreCreatedWhenOpenedHoldsNoTransfersUntilOneIsWritten() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appending(path: "state.sqlite")
+        let store = try TransferStore(path: path)
+        #expect(store.holdsNoTransfers)
+        _ = try store.createBatch()
+        #expect(store.holdsNoTransfers, "a batch is not a transfer")
+        try store.apply(owner: "A", [.insertItem(batchID: try store.createBatch(), position: 0, row: self.row("a"))])
+        #expect(!store.holdsNoTransfers)
+        #expect(try !TransferStore(path: path).holdsNoTransfers, "a store that was there may hold transfers")
+    }
+
+    @Test func insertsARunOfRowsInBulkAndLeasesThemAsOneAtATimeWould() throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        // 32 + 8 in bulk, then 1 on its own; one row already held by another owner.
+        let ids = (0..<41).map { String(format: "r%02d", $0) }
+        try store.apply(owner: "B", [.insertItem(batchID: batch, position: 99, row: self.row("r35"))])
+        let leased = try store.database.write { db in
+            try StoreOperation.applyInserts(
+                ids.enumerated().map { .insertItem(batchID: batch, position: $0, row: self.row($1)) }[...],
+                db,
+                owner: "A"
+            )
+        }
+        let rows = try store.rows(inBatch: batch)
+        #expect(Set(rows.map(\.id)) == Set(ids), "every row, in the batch")
+        #expect(try store.transfers(inBatch: batch).count == 42, "every position, and the other owner's")
+        for id in ids {
+            let owner = try store.row(TransferID(id))?.leaseOwner
+            #expect(owner == (id == "r35" ? "B" : "A"), "\(id)'s lease")
+        }
+        // The first 32 took every lease; the 8 with r35 in them changed one row fewer, so none of them count as
+        // leased (they are claimed before their requests); the last is reported as one at a time.
+        #expect(leased.map(\.rawValue) == Array(ids[0..<32]) + ["r40"])
     }
 
     @Test(arguments: [
@@ -296,7 +412,15 @@ struct TransferStoreTests {
             for (index, id) in ids.enumerated() {
                 group.addTask {
                     try? await Task.sleep(for: .milliseconds(5 * index))
-                    await writer.flushAndWait(adding: .publishing(TransferID(id), finalPath: "/tmp/x/\(id)", size: 5))
+                    await writer.flushAndWait(
+                        adding: .publishing(
+                            TransferID(id),
+                            finalPath: "/tmp/x/\(id)",
+                            size: 5,
+                            sha256: nil,
+                            modified: 1
+                        )
+                    )
                     return try? store.row(TransferID(id))?.finalPath
                 }
             }
@@ -313,7 +437,10 @@ struct TransferStoreTests {
         let writer = StoreWriter(store: store, publishingLinger: .seconds(60))
         writer.enqueue(.insertItem(batchID: batch, position: 0, row: self.row("last")))
         let started = ContinuousClock.now
-        await writer.flushAndWait(adding: .publishing("last", finalPath: "/tmp/x/last", size: 5), lingering: false)
+        await writer.flushAndWait(
+            adding: .publishing("last", finalPath: "/tmp/x/last", size: 5, sha256: nil, modified: 1),
+            lingering: false
+        )
         #expect(ContinuousClock.now - started < .seconds(30), "not the writer's minute")
         #expect(try store.row("last")?.finalPath == "/tmp/x/last")
     }

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -9,16 +10,31 @@ import Darwin
 /// Names in leases: `host/pid/uuid`, so that a claimer on the same host can tell a dead holder (a process killed
 /// with `kill -9`) from a live one, and two managers in one process still differ.
 enum LeaseOwner {
+    /// The owners in this process whose managers are still running (``register(_:)``).
+    private static let running = NIOLockedValueBox<Set<String>>([])
+
     static func current() -> String {
         "\(self.hostName())/\(getpid())/\(UUID().uuidString)"
     }
 
-    /// Whether the process that holds a lease may still be alive: `false` only for a holder on this host whose
-    /// process no longer exists. Holders on other hosts (a shared file system) are trusted until the lease expires.
+    /// Marks an owner of this process as running, until ``unregister(_:)``: only then are its leases respected by
+    /// other managers of the same process.
+    static func register(_ owner: String) {
+        _ = self.running.withLockedValue { $0.insert(owner) }
+    }
+
+    /// Marks an owner of this process as gone (its manager has ended): its leases are free at once.
+    static func unregister(_ owner: String) {
+        _ = self.running.withLockedValue { $0.remove(owner) }
+    }
+
+    /// Whether the holder of a lease may still be alive: `false` for a holder on this host whose process no longer
+    /// exists, and for a manager of this process that has ended (a completion recorded before its rename keeps its
+    /// lease until then). Holders on other hosts (a shared file system) are trusted until the lease expires.
     static func isAlive(_ owner: String) -> Bool {
         let parts = owner.split(separator: "/")
         guard parts.count == 3, String(parts[0]) == self.hostName(), let pid = Int32(parts[1]) else { return true }
-        if pid == getpid() { return true }
+        if pid == getpid() { return self.running.withLockedValue { $0.contains(owner) } }
         return kill(pid, 0) == 0 || errno == EPERM
     }
 

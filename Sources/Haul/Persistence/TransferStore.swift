@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 
 /// The persistent queue: batches and their transfers in SQLite, so that a batch outlives the process that started
 /// it. A manager given a store records every request, state change, validator and checkpoint in it; a later manager
@@ -8,10 +9,22 @@ import GRDB
 /// A file store uses SQLite's write-ahead log, so several processes can share it: readers never block the writer.
 public final class TransferStore: Sendable {
     let database: any DatabaseWriter
+    /// Whether the store holds no transfers for certain: it was created when it was opened (no file there, or in
+    /// memory) and nothing has written one through it since. A manager then knows it holds none of its requests
+    /// without reading it, on the way to its first request (rows another process adds meanwhile are that process's
+    /// business: leases keep the two apart, as for rows added after a manager has looked).
+    var holdsNoTransfers: Bool { self.createdEmpty.withLockedValue { $0 } }
+    private let createdEmpty: NIOLockedValueBox<Bool>
+
+    /// Called before operations are written: the store may hold transfers from then on.
+    func willWriteTransfers() {
+        self.createdEmpty.withLockedValue { $0 = false }
+    }
 
     /// Opens (creating it and its folders) the store at `path`, and brings its schema up to date.
     public init(path: URL) throws {
         try FileManager.default.createDirectory(at: path.deletingLastPathComponent(), withIntermediateDirectories: true)
+        self.createdEmpty = NIOLockedValueBox(!FileManager.default.fileExists(atPath: path.path))
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
         configuration.prepareDatabase { db in
@@ -24,6 +37,7 @@ public final class TransferStore: Sendable {
 
     /// A store in memory, gone with the process: for callers that want the store's queries without a file.
     public init() throws {
+        self.createdEmpty = NIOLockedValueBox(true)
         self.database = try DatabaseQueue()
         try Self.migrator.migrate(self.database)
     }
@@ -284,6 +298,7 @@ public final class TransferStore: Sendable {
     /// Applies operations in one transaction, as `owner` (the manager writing them).
     func apply(owner: String, _ operations: [StoreOperation]) throws {
         guard !operations.isEmpty else { return }
+        self.willWriteTransfers()
         try self.database.write { db in
             for operation in operations { try operation.apply(db, owner: owner) }
         }

@@ -146,8 +146,15 @@ extension Download {
         /// The attempt no longer uses the network (its body has arrived and passed the checks; only publishing is
         /// left): its slots may go to the next transfers.
         func leftNetwork(_ id: TransferID)
-        /// The finished file is about to be renamed to `path`; returns once that is recorded (synchronously).
-        func willPublish(_ id: TransferID, at path: String, byteCount: Int64) async
+        /// The finished file is about to be renamed to `path`; returns once its completion is recorded (then
+        /// `true`), or at once with `false` when there is nowhere to record it.
+        func willPublish(
+            _ id: TransferID,
+            at path: String,
+            byteCount: Int64,
+            sha256: String?,
+            modificationTime: Double?
+        ) async -> Bool
     }
 
     /// Runs one attempt to completion, failure or stop; never throws.
@@ -461,23 +468,35 @@ extension Download {
         var components = plan.nameComponents
         let name = components.removeLast()
         func path(_ name: String) -> String { plan.finalPath(components + [name]) }
-        func completed(_ target: String, named finalName: String) -> AttemptOutcome {
-            .completed(
-                CompletedFile(
-                    folder: plan.folder,
-                    relativePath: (components + [finalName]).joined(separator: "/"),
-                    byteCount: byteCount,
-                    sha256: sha256,
-                    modificationTime: Persisted.sizeAndModification(target)?.1
-                )
+        // Read before the rename, which keeps it: the completion is recorded with it before the file is in place.
+        let modified = Persisted.sizeAndModification(part)?.1
+        func record(_ target: String) async -> Bool {
+            await observer.willPublish(
+                plan.id,
+                at: target,
+                byteCount: byteCount,
+                sha256: sha256,
+                modificationTime: modified
             )
+        }
+        func completed(_ target: String, named finalName: String, recorded: Bool) -> AttemptOutcome {
+            var file = CompletedFile(
+                folder: plan.folder,
+                relativePath: (components + [finalName]).joined(separator: "/"),
+                byteCount: byteCount,
+                sha256: sha256,
+                modificationTime: modified ?? Persisted.sizeAndModification(target)?.1
+            )
+            // Without a time read before the rename the record cannot tell the file is unchanged: written again.
+            file.isRecordedInStore = recorded && modified != nil
+            return .completed(file)
         }
 
         if plan.conflictPolicy == .overwrite {
             let target = path(name)
-            await observer.willPublish(plan.id, at: target, byteCount: byteCount)
+            let recorded = await record(target)
             try PartialFile.publishReplacing(part, at: target)
-            return completed(target, named: name)
+            return completed(target, named: name, recorded: recorded)
         }
         // Lazily: most files take the first name, and building 10,000 names per file costs more than the download.
         let numbered = plan.conflictPolicy == .rename ? 9_999 : 0
@@ -489,8 +508,10 @@ extension Download {
         for (index, candidate) in candidates.enumerated() {
             let target = path(candidate)
             guard (index == 0 && tryFirstBlind) || !PartialFile.exists(target) else { continue }
-            await observer.willPublish(plan.id, at: target, byteCount: byteCount)
-            if try PartialFile.publishWithoutReplacing(part, at: target) { return completed(target, named: candidate) }
+            let recorded = await record(target)
+            if try PartialFile.publishWithoutReplacing(part, at: target) {
+                return completed(target, named: candidate, recorded: recorded)
+            }
         }
         PartialFile.remove(part)
         if plan.conflictPolicy == .skip { return .skipped(existing: URL(filePath: path(name))) }
