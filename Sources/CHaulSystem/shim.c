@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sqlite3.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -28,4 +29,8 @@ int haul_terminal_width(int fd) {
         return 0;
     }
     return size.ws_col;
+}
+
+int haul_sqlite_keep_wal_on_close(struct sqlite3 *db) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
 }

@@ -273,6 +273,21 @@ struct TransferStoreTests {
         #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "another size: not ours")
     }
 
+    @Test func closingLeavesTheWriteAheadLogForTheNextOpenerToRead() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appending(path: "state.sqlite")
+        do {
+            let store = try TransferStore(path: path)
+            try store.apply(
+                owner: "A",
+                [.insertItem(batchID: try store.createBatch(), position: 0, row: self.row("a"))]
+            )
+        }
+        #expect(FileManager.default.fileExists(atPath: path.path + "-wal"), "not copied into the database and removed")
+        #expect(try TransferStore(path: path).transfer("a")?.state == "waiting")
+    }
+
     @Test func aStoreCreatedWhenOpenedHoldsNoTransfersUntilOneIsWritten() throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }

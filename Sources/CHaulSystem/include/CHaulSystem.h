@@ -10,4 +10,11 @@ int haul_rename_noreplace(const char *from, const char *to);
 /// cannot call).
 int haul_terminal_width(int fd);
 
+struct sqlite3;
+
+/// Makes SQLite leave the write-ahead log in place when `db`, the last connection to its database, closes, instead of
+/// copying it into the database and syncing both (`SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`; sqlite3_db_config is variadic).
+/// Returns SQLite's result code.
+int haul_sqlite_keep_wal_on_close(struct sqlite3 *db);
+
 #endif

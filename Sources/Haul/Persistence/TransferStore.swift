@@ -1,5 +1,7 @@
+import CHaulSystem
 import Foundation
 import GRDB
+import GRDBSQLite
 import NIOConcurrencyHelpers
 
 /// The persistent queue: batches and their transfers in SQLite, so that a batch outlives the process that started
@@ -30,6 +32,12 @@ public final class TransferStore: Sendable {
         configuration.prepareDatabase { db in
             // NORMAL is durable across a killed process in WAL mode; only a power loss may lose the last commits.
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            // Closing leaves the write-ahead log for the next process to read, instead of copying it into the
+            // database and syncing both: that sync waits for the downloaded files' dirty data on ext4 (200 × 1 MiB,
+            // a new database: 95 ms of a 0.26 s run). SQLite copies the log when it grows past 1,000 pages, as
+            // always; what a power loss may lose is what NORMAL already allows (the files are not synced either).
+            let code = haul_sqlite_keep_wal_on_close(db.sqliteConnection)
+            guard code == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: code)) }
         }
         self.database = try DatabasePool(path: path.path, configuration: configuration)
         try Self.migrator.migrate(self.database)
