@@ -24,9 +24,10 @@ let package = Package(
         .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
-        // Two C functions Swift cannot reach: an atomic no-replace rename (not in Swift's Glibc module) and the
-        // terminal's width (ioctl is variadic).
-        .target(name: "CHaulSystem"),
+        // Three C functions Swift cannot reach: an atomic no-replace rename (not in Swift's Glibc module), the
+        // terminal's width (ioctl is variadic) and SQLite's setting that keeps the write-ahead log on close
+        // (sqlite3_db_config is variadic; the header is libsqlite3-dev's on Linux, the SDK's on Apple platforms).
+        .target(name: "CHaulSystem", linkerSettings: [.linkedLibrary("sqlite3")]),
         .target(
             name: "Haul",
             dependencies: [
