@@ -459,4 +459,24 @@ struct TransferStoreTests {
         #expect(ContinuousClock.now - started < .seconds(30), "not the writer's minute")
         #expect(try store.row("last")?.finalPath == "/tmp/x/last")
     }
+
+    @Test func aClaimWritesTheQueueOnlyUpToItsOwnRowAndTheRestFollowsInOrder() async throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let writer = StoreWriter(store: store)
+        let ids = (0..<500).map { String(format: "q%03d", $0) }
+        for (position, id) in ids.enumerated() {
+            writer.enqueue(.insertItem(batchID: batch, position: position, row: self.row(id)))
+        }
+        // Not leased at insert yet (nothing is written): the claim goes to the database.
+        guard case .claimed = await writer.claim("q002") else {
+            Issue.record("the claim")
+            return
+        }
+        #expect(try store.row("q002")?.leaseOwner == writer.owner)
+        #expect(try store.row("q000") != nil, "what was queued before it")
+        #expect(try store.row("q003") == nil, "what was queued after it waits for the next transaction")
+        writer.flush()
+        #expect(try store.rows(inBatch: batch).map(\.id) == ids)
+    }
 }

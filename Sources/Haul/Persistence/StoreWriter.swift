@@ -107,7 +107,7 @@ package final class StoreWriter: Sendable {
         let owner = self.owner
         let store = self.store
         let result = await withCheckedContinuation { continuation in
-            self.submit(adding: [], then: { db in try store.claim(id, owner: owner, in: db) }) {
+            self.submit(adding: [], through: id, then: { db in try store.claim(id, owner: owner, in: db) }) {
                 continuation.resume(returning: $0)
             }
         }
@@ -120,8 +120,13 @@ package final class StoreWriter: Sendable {
     /// Jobs run in the order they were submitted (taking the operations and queueing the job happen under one lock).
     /// While a transaction runs, new jobs wait and then share the next one: a group commit, so sixteen transfers
     /// finishing at once cost one or two transactions, not sixteen.
+    ///
+    /// With `through`, the job takes the queued operations only up to that transfer's insert (none when its insert
+    /// has been taken already), and leaves the rest queued in order: a claim waits for its own row, not for the
+    /// hundreds of rows a batch being added queued after it (the first request of a batch waited for them).
     private func submit<T: Sendable>(
         adding extra: [StoreOperation],
+        through id: TransferID? = nil,
         lingering linger: Duration? = nil,
         then body: @escaping @Sendable (Database) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
@@ -144,8 +149,14 @@ package final class StoreWriter: Sendable {
         )
         let startsWriting = self.state.withLockedValue { state -> Bool in
             var job = job
-            job.operations = state.pending + extra
-            state.pending = []
+            if let id {
+                let end = state.pending.firstIndex { $0.insertedID == id }.map { $0 + 1 } ?? 0
+                job.operations = Array(state.pending[..<end]) + extra
+                state.pending.removeFirst(end)
+            } else {
+                job.operations = state.pending + extra
+                state.pending = []
+            }
             state.jobs.append(job)
             defer { state.isWriting = true }
             return !state.isWriting
