@@ -172,7 +172,7 @@ package enum StoreOperation: Sendable {
     /// recorded size and modification time (a rename keeps both). Until the rename is done the row says completed
     /// but the file is not there yet, so the lease is kept (renewed), not released: another process sharing the
     /// store waits rather than downloading the same file; the lease lapses on its own (it expires, or its process
-    /// is gone).
+    /// or manager is gone: ``LeaseOwner/isAlive(_:)``).
     case publishing(TransferID, finalPath: String, size: Int64, sha256: String?, modified: Double?)
     /// Frees a lease whose holder is gone.
     case releaseLease(TransferID, holder: String)
