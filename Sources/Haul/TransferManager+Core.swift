@@ -31,9 +31,6 @@ extension TransferManager {
         /// they are written with its first checkpoint, half a second in, or when it ends unfinished. A small file
         /// completes before that, and costs the store no write between its insert and its completion.
         var unsavedStart: ContinuousClock.Instant?
-        /// Whether the running attempt's body has arrived and it is publishing its file: its completion is being
-        /// recorded (``StoreOperation/publishing``), and no periodic checkpoint may follow it and say running again.
-        var hasLeftNetwork = false
 
         /// A download's partial file; `nil` for an upload or a deletion.
         var partPath: String? {
@@ -445,7 +442,6 @@ extension TransferManager {
 
         /// A running transfer's body has arrived: its slots go to the next transfers while it publishes its file.
         mutating func leftNetwork(_ id: TransferID) {
-            self.withTransfer(id) { $0.hasLeftNetwork = true }
             self.start(self.scheduler.leftNetwork(id))
         }
 
@@ -686,7 +682,6 @@ extension TransferManager {
             self.withTransfer(id) { record in
                 if record.request.isDownload { record.receivedBytes = offset }
                 record.unsavedStart = ContinuousClock.now
-                record.hasLeftNetwork = false
             }
             self.emit(id, .started(offset: offset))
         }
@@ -743,6 +738,9 @@ extension TransferManager {
         ) {
             let store = self.store
             let progressInterval = self.configuration.progressInterval
+            // Publishing its file: its completion is being recorded (``StoreOperation/publishing``), and no periodic
+            // checkpoint may follow and say running again.
+            let checkpoint = checkpoint == .whenDue && self.scheduler.hasLeftNetwork(id) ? .never : checkpoint
             let updated = self.withTransfer(id) { record in
                 Self.progressed(
                     &record,
@@ -790,9 +788,7 @@ extension TransferManager {
                 case .now: true
                 case .never: false
                 case .whenDue:
-                    if record.hasLeftNetwork {
-                        false
-                    } else if let start = record.unsavedStart {
+                    if let start = record.unsavedStart {
                         now - start >= Self.checkpointInterval
                     } else {
                         record.lastCheckpoint.map({

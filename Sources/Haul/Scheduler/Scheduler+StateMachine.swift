@@ -54,6 +54,8 @@ extension Scheduler {
         package var slotsInUse: Int { self.running.count - self.offNetwork.count }
         /// The number of transfers waiting for a slot.
         package var waitingCount: Int { self.waiting.count }
+        /// Whether a running transfer has left the network (``leftNetwork(_:)``) and is publishing its file.
+        package func hasLeftNetwork(_ id: TransferID) -> Bool { self.offNetwork.contains(id) }
 
         /// A transfer is ready to run; returns the transfers to start now (possibly this one).
         package mutating func enqueue(_ id: TransferID, host: String, priority: Int = 0) -> [TransferID] {
