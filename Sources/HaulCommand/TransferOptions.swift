@@ -7,8 +7,11 @@ struct TransferOptions: ParsableArguments {
     @Option(name: [.customShort("j"), .long], help: "How many transfers run at once.")
     var maxConcurrent: Int = 4
 
-    @Option(name: .long, help: "How many transfers run at once with one host.")
-    var maxPerHost: Int = 6
+    // As many as -j unless given: -j is what was asked for, as with curl's --parallel-max, wget2's --max-threads and
+    // aria2c's -j, none of which caps a host below it. (A cap of 6 beside -j 16 made a list from one host 7–8 % slower
+    // on small files; -j's default, 4, is under 6 anyway.)
+    @Option(name: .long, help: "How many transfers run at once with one host (default: as many as -j).")
+    var maxPerHost: Int?
 
     @Option(name: .long, help: "How many times a failed transfer is tried again (transient failures only; 0 = never).")
     var retries: Int = 4
@@ -35,7 +38,7 @@ struct TransferOptions: ParsableArguments {
         guard (1...256).contains(self.maxConcurrent) else {
             throw ValidationError("--max-concurrent must be between 1 and 256.")
         }
-        guard (1...256).contains(self.maxPerHost) else {
+        if let maxPerHost = self.maxPerHost, !(1...256).contains(maxPerHost) {
             throw ValidationError("--max-per-host must be between 1 and 256.")
         }
         guard (0...100).contains(self.retries) else { throw ValidationError("--retries must be between 0 and 100.") }
@@ -64,7 +67,7 @@ struct TransferOptions: ParsableArguments {
         var configuration = TransferManager.Configuration()
         configuration.store = store
         configuration.maximumConcurrentTransfers = self.maxConcurrent
-        configuration.maximumTransfersPerHost = self.maxPerHost
+        configuration.maximumTransfersPerHost = self.maxPerHost ?? self.maxConcurrent
         configuration.retryPolicy.maximumAttempts = self.retries + 1
         configuration.bandwidthLimit = self.limitRate.flatMap(Rate.parse)
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))

@@ -82,8 +82,18 @@ struct GetArgumentTests {
         #expect(command.options.timeout == 1.5)
         #expect(command.options.maxConcurrent == 8)
         #expect(command.options.maxPerHost == 2)
+        #expect(command.options.configuration(store: nil).maximumTransfersPerHost == 2)
         #expect(command.output == "x.bin")
         #expect(command.options.json)
+    }
+
+    @Test func oneHostMayHaveAsManyTransfersAsJAsksForUnlessTheLimitIsGiven() throws {
+        for (arguments, perHost) in [([String](), 4), (["-j", "16"], 16), (["-j", "16", "--max-per-host", "6"], 6)] {
+            let command = try #require(try HaulCommand.parseAsRoot(["get", "http://h/a"] + arguments) as? Get)
+            let configuration = command.options.configuration(store: nil)
+            #expect(configuration.maximumTransfersPerHost == perHost, "\(arguments)")
+            #expect(configuration.maximumConcurrentTransfers == (arguments.count >= 2 ? 16 : 4), "\(arguments)")
+        }
     }
 
     @Test(arguments: [
