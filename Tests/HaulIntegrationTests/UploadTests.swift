@@ -163,7 +163,10 @@ struct UploadTests {
     @Test func cancellingTheBatchFromItsProgressEventsStopsTheRestAndReportsThemCancelled() async throws {
         try await FaultInjectingServer.withServer { server in
             try await withTemporaryDirectory { folder in
-                let files = try Self.makeFiles(Array(repeating: 400_000, count: 6), in: folder)
+                // The cancel comes after 100,000 bytes (0.1 s at this rate); the first two files take 4 s, so even
+                // a machine that delivers the event seconds late (seen under load, with 400,000-byte files) cancels
+                // at least four.
+                let files = try Self.makeFiles(Array(repeating: 2_000_000, count: 6), in: folder)
                 var configuration = TransferManager.Configuration.testing(concurrent: 2)
                 configuration.bandwidthLimit = 1_000_000
                 let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in

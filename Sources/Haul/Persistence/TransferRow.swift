@@ -479,26 +479,39 @@ enum JSONText {
     }
 
     /// Appends a JSON string: quoted, with `"`, `\` and control characters escaped (RFC 8259 §7).
+    ///
+    /// Over the UTF-8 bytes: those three are ASCII, and ASCII bytes never occur inside a multi-byte character. A
+    /// string with none of them (names and paths, nearly always) is appended whole: walking its Unicode scalars
+    /// cost 2 µs a string, a fifth of the work of building a row.
     static func appendString(_ string: String, to text: inout String) {
-        text += "\""
-        var plainStart = string.unicodeScalars.startIndex
-        for index in string.unicodeScalars.indices {
-            let scalar = string.unicodeScalars[index]
-            guard scalar == "\"" || scalar == "\\" || scalar.value < 0x20 else { continue }
-            text.unicodeScalars.append(contentsOf: string.unicodeScalars[plainStart..<index])
-            switch scalar {
-            case "\"": text += "\\\""
-            case "\\": text += "\\\\"
-            case "\n": text += "\\n"
-            case "\r": text += "\\r"
-            case "\t": text += "\\t"
-            default:
-                let hex = String(scalar.value, radix: 16)
-                text += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            }
-            plainStart = string.unicodeScalars.index(after: index)
+        func needsEscape(_ byte: UInt8) -> Bool {
+            byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20
         }
-        text.unicodeScalars.append(contentsOf: string.unicodeScalars[plainStart...])
+        text += "\""
+        guard string.utf8.contains(where: needsEscape) else {
+            text += string
+            text += "\""
+            return
+        }
+        var escaped: [UInt8] = []
+        escaped.reserveCapacity(string.utf8.count + 8)
+        for byte in string.utf8 {
+            guard needsEscape(byte) else {
+                escaped.append(byte)
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""): escaped += Array(#"\""#.utf8)
+            case UInt8(ascii: "\\"): escaped += Array(#"\\"#.utf8)
+            case UInt8(ascii: "\n"): escaped += Array(#"\n"#.utf8)
+            case UInt8(ascii: "\r"): escaped += Array(#"\r"#.utf8)
+            case UInt8(ascii: "\t"): escaped += Array(#"\t"#.utf8)
+            default:
+                let hex = String(byte, radix: 16)
+                escaped += Array(("\\u" + String(repeating: "0", count: 4 - hex.utf8.count) + hex).utf8)
+            }
+        }
+        text += String(decoding: escaped, as: UTF8.self)
         text += "\""
     }
 }
