@@ -225,4 +225,37 @@ struct PersistenceEndToEndTests {
             }
         }
     }
+
+    @Test func processesStartedTogetherOnANewStateDatabaseAllSucceed() async throws {
+        try await FaultInjectingServer.withServer(resources: [
+            "/a.bin": .init(body: Self.files[0]), "/b.bin": .init(body: Self.files[1]),
+        ]) { server in
+            try await self.withFolder { folder in
+                // As a script starting several downloads at once on a new machine would: each creates the database.
+                let state = folder.appending(path: "state")
+                let outputs = try await withThrowingTaskGroup(of: HaulProcess.Output.self) { group in
+                    for index in 0..<4 {
+                        let name = index.isMultiple(of: 2) ? "/a.bin" : "/b.bin"
+                        group.addTask {
+                            try await HaulProcess.run(
+                                [
+                                    "get", server.url(name).absoluteString, "-d",
+                                    folder.appending(path: "out\(index)").path,
+                                ],
+                                stateHome: state
+                            )
+                        }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                for output in outputs { #expect(output.status == 0, "\(output.stderr)") }
+                for index in 0..<4 {
+                    let name = index.isMultiple(of: 2) ? "a.bin" : "b.bin"
+                    let expected = Self.files[index.isMultiple(of: 2) ? 0 : 1]
+                    let path = folder.appending(path: "out\(index)/\(name)").path
+                    #expect(FileManager.default.contents(atPath: path) == Data(expected))
+                }
+            }
+        }
+    }
 }

@@ -217,21 +217,26 @@ struct PersistenceTests {
             try await withTemporaryDirectory { folder in
                 let path = folder.appending(path: "state.sqlite")
                 let request = TransferRequest(url: server.url("/big"), into: folder.appending(path: "out"))
-                // Two connections to one file, as two processes would have; the second waits patiently.
-                var patient = self.configuration(try TransferStore(path: path))
-                patient.retryPolicy.maximumAttempts = 100
-                patient.retryPolicy.baseDelay = .milliseconds(50)
-                patient.retryPolicy.maximumDelay = .milliseconds(100)
-                async let first = TransferManager.withTransferManager(
-                    configuration: self.configuration(try TransferStore(path: path))
-                ) {
+                // Two connections to one file, as two processes would have. Either may claim it first (they start
+                // together), so both wait patiently for the other.
+                func patient() throws -> TransferManager.Configuration {
+                    var configuration = self.configuration(try TransferStore(path: path))
+                    configuration.retryPolicy.maximumAttempts = 100
+                    configuration.retryPolicy.baseDelay = .milliseconds(50)
+                    configuration.retryPolicy.maximumDelay = .milliseconds(100)
+                    return configuration
+                }
+                async let first = TransferManager.withTransferManager(configuration: try patient()) {
                     try await $0.enqueue(request).report()
                 }
-                async let second = TransferManager.withTransferManager(configuration: patient) {
+                async let second = TransferManager.withTransferManager(configuration: try patient()) {
                     try await $0.enqueue(request).report()
                 }
                 let (a, b) = try await (first, second)
-                #expect(a.completed.count == 1 && b.completed.count == 1)
+                #expect(
+                    a.completed.count == 1 && b.completed.count == 1,
+                    "\(a.failed.map(\.error)) \(b.failed.map(\.error))"
+                )
                 #expect(server.requests.count == 1, "one download, and the other manager saw it complete")
                 #expect(server.maximumConcurrentRequests == 1)
                 #expect(a.completed.first?.file.path == b.completed.first?.file.path)

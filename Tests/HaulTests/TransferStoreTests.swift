@@ -288,6 +288,27 @@ struct TransferStoreTests {
         #expect(try TransferStore(path: path).transfer("a")?.state == "waiting")
     }
 
+    @Test func storesOpenedAtOnceOnANewPathAllOpenOnOneSchema() async throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appending(path: "state.sqlite")
+        // As several processes started together on a new store would: each creates it and runs the migrations.
+        let opened = await withTaskGroup(of: Result<TransferStore, any Error>.self) { group in
+            for _ in 0..<6 { group.addTask { Result { try TransferStore(path: path) } } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let stores = try opened.map { try $0.get() }
+        for (index, store) in stores.enumerated() {
+            try store.apply(
+                owner: "owner \(index)",
+                [.insertItem(batchID: try store.createBatch(), position: 0, row: self.row("t\(index)"))]
+            )
+        }
+        let applied = try await stores[0].database.read { try TransferStore.migrator.appliedIdentifiers($0) }
+        #expect(applied.count == 4)
+        #expect(try stores[0].transferIDs() == Set((0..<6).map { "t\($0)" }))
+    }
+
     @Test func aStoreCreatedWhenOpenedHoldsNoTransfersUntilOneIsWritten() throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }

@@ -39,8 +39,36 @@ public final class TransferStore: Sendable {
             let code = haul_sqlite_keep_wal_on_close(db.sqliteConnection)
             guard code == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: code)) }
         }
-        self.database = try DatabasePool(path: path.path, configuration: configuration)
-        try Self.migrator.migrate(self.database)
+        self.database = try Self.openMigrated(path: path.path, configuration: configuration)
+    }
+
+    /// How long opening a store waits at most for another process creating or migrating the same one.
+    static let openingPatience: Duration = .seconds(5)
+
+    /// Opens the database and brings its schema up to date, waiting for another process doing the same: two
+    /// processes starting together on a new store both switch it to the write-ahead log (one finds it locked) and
+    /// both run the migrations (one finds the tables the other has just made). Each failure of that kind is tried
+    /// again after 10 ms, until the schema is complete or ``openingPatience`` has passed; other errors are thrown.
+    private static func openMigrated(path: String, configuration: Configuration) throws -> DatabasePool {
+        let deadline = ContinuousClock.now + Self.openingPatience
+        while true {
+            do {
+                let pool = try DatabasePool(path: path, configuration: configuration)
+                do {
+                    try Self.migrator.migrate(pool)
+                } catch {
+                    // Another process's migration may have run between our reading of what was applied and ours.
+                    if try pool.read(Self.migrator.hasCompletedMigrations) { return pool }
+                    throw error
+                }
+                return pool
+            } catch let error as DatabaseError
+                where [.SQLITE_BUSY, .SQLITE_LOCKED, .SQLITE_ERROR].contains(error.resultCode)
+                && ContinuousClock.now < deadline
+            {
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+        }
     }
 
     /// A store in memory, gone with the process: for callers that want the store's queries without a file.
