@@ -394,6 +394,25 @@ struct ResilienceTests {
         }
     }
 
+    @Test func aPartialFileLeftWithoutAValidatorIsStartedOverNotAppendedTo() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/file": .init(body: Self.body)]) { server in
+            try await withTemporaryDirectory { folder in
+                let request = TransferRequest(url: server.url("/file"), into: folder)
+                let partName =
+                    "file.\(String(TransferID.derived(url: request.id.rawValue, destination: "").rawValue.prefix(8))).part"
+                // Left by an earlier run without a store: nothing says which version of the file these bytes are.
+                try Data(repeating: 0xEE, count: 3_000).write(to: folder.appending(path: partName))
+                let report = try await TransferManager.withTransferManager(configuration: .retrying()) { manager in
+                    try await manager.enqueue(request).report()
+                }
+                #expect(report.completed.count == 1)
+                #expect(report.items.first?.restarts.first?.contains("no validator") == true)
+                #expect(contents(of: folder.appending(path: "file")) == Self.body)
+                #expect(!FileManager.default.fileExists(atPath: folder.appending(path: partName).path))
+            }
+        }
+    }
+
     @Test func replacesASymbolicLinkAtTheFinalPathInsteadOfFollowingIt() async throws {
         try await FaultInjectingServer.withServer(resources: ["/file": .init(body: Self.body)]) { server in
             try await withTemporaryDirectory { folder in

@@ -81,4 +81,45 @@ struct PartialFileTests {
         try file.flush()
         #expect(try Self.onDisk(path) == Self.bytes(1_500))
     }
+
+    @Test func startingOverEmptiesTheFileAndDropsWhatWasGathered() throws {
+        let folder = try Folder()
+        let path = folder.url.appending(path: "f.part")
+        try Data(Self.bytes(1_000)).write(to: path)
+        var file = try PartialFile(openingAt: path.path)
+        try file.append(ByteBuffer(bytes: Self.bytes(10, from: 1_000)))
+        try file.startOver()
+        #expect(file.size == 0)
+        try file.append(ByteBuffer(bytes: Self.bytes(20)))
+        try file.flush()
+        #expect(try Self.onDisk(path) == Self.bytes(20))
+    }
+
+    @Test func aFolderOrAFIFOWhereThePartialFileGoesIsRefusedAtOnceAndLeftAlone() throws {
+        let folder = try Folder()
+        let directory = folder.url.appending(path: "d.part")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        #expect(throws: HaulError.self) { _ = try PartialFile(openingAt: directory.path) }
+        let fifo = folder.url.appending(path: "p.part")
+        #expect(mkfifo(fifo.path, 0o644) == 0)
+        // Without a reader, an open for writing would wait forever; it fails at once instead.
+        #expect(throws: HaulError.self) { _ = try PartialFile(openingAt: fifo.path) }
+        // With a reader the open succeeds; what was opened is not a regular file, so it is refused all the same.
+        let reader = open(fifo.path, O_RDONLY | O_NONBLOCK)
+        #expect(reader >= 0)
+        defer { close(reader) }
+        #expect(throws: HaulError.self) { _ = try PartialFile(openingAt: fifo.path) }
+        var status = stat()
+        #expect(lstat(fifo.path, &status) == 0 && (status.st_mode & S_IFMT) == S_IFIFO)
+    }
+
+    @Test func theModificationTimeIsReadFromTheOpenFileAsAPathLookupWouldReadIt() throws {
+        let folder = try Folder()
+        let path = folder.url.appending(path: "f.part")
+        var file = try PartialFile(openingAt: path.path)
+        try file.append(ByteBuffer(bytes: Self.bytes(100)))
+        try file.flush()
+        #expect(file.modificationTime() != nil)
+        #expect(file.modificationTime() == Persisted.sizeAndModification(path.path)?.1)
+    }
 }

@@ -35,8 +35,10 @@ package struct PartialFile: ~Copyable {
     package private(set) var size: Int64
 
     /// Opens (creating it, with its folders) the partial file at `path`; its current size is where writing resumes.
+    /// Anything there but a regular file (a link, a folder, a FIFO) is refused and left alone: the open does not
+    /// follow a link, does not wait for a FIFO's reader, and what it opened is checked.
     package init(openingAt path: String) throws(HaulError) {
-        let flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC
+        let flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
         var descriptor = open(path, flags, 0o644)
         if descriptor < 0, errno == ENOENT {
             // The folder is missing: create it (and its parents) once, then open again. Not done up front: a
@@ -55,6 +57,10 @@ package struct PartialFile: ~Copyable {
             let error = HaulError.posix("Cannot read the size of \(path)")
             close(descriptor)
             throw error
+        }
+        guard (status.st_mode & S_IFMT) == S_IFREG else {
+            close(descriptor)
+            throw HaulError(.fileSystem, "\(path) is not a regular file; it is left alone")
         }
         self.path = path
         self.descriptor = descriptor
@@ -93,6 +99,23 @@ package struct PartialFile: ~Copyable {
         self.pending.removeAll(keepingCapacity: true)
         self.pendingBytes = 0
         self.heldStorage = 0
+    }
+
+    /// Empties the file, to write it again from its first byte (what is gathered and not yet written is dropped).
+    package mutating func startOver() throws(HaulError) {
+        guard ftruncate(self.descriptor, 0) == 0 else { throw .posix("Cannot empty \(self.path)") }
+        self.pending.removeAll()
+        self.pendingBytes = 0
+        self.heldStorage = 0
+        self.size = 0
+    }
+
+    /// The file's modification time in seconds since 1970 (nanoseconds kept), read from the open file: a rename keeps
+    /// it, and reading it here spares a lookup of the path.
+    func modificationTime() -> Double? {
+        var status = stat()
+        guard fstat(self.descriptor, &status) == 0 else { return nil }
+        return status.modificationTime
     }
 
     /// Forces the written bytes to stable storage.

@@ -90,12 +90,18 @@ struct Persisted: Sendable {
     static func sizeAndModification(_ path: String) -> (Int64, Double)? {
         var status = stat()
         guard lstat(path, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return (Int64(status.st_size), status.modificationTime)
+    }
+}
+
+extension stat {
+    /// The modification time in seconds since 1970, nanoseconds kept.
+    var modificationTime: Double {
         #if canImport(Darwin)
-        let modified = Double(status.st_mtimespec.tv_sec) + Double(status.st_mtimespec.tv_nsec) / 1e9
+        Double(self.st_mtimespec.tv_sec) + Double(self.st_mtimespec.tv_nsec) / 1e9
         #else
-        let modified = Double(status.st_mtim.tv_sec) + Double(status.st_mtim.tv_nsec) / 1e9
+        Double(self.st_mtim.tv_sec) + Double(self.st_mtim.tv_nsec) / 1e9
         #endif
-        return (Int64(status.st_size), modified)
     }
 }
 

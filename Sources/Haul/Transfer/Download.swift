@@ -192,18 +192,16 @@ extension Download {
         headers.append(("Accept-Encoding", "identity"))
         // Built once (a hash and a path per call); again only when a Content-Disposition name replaces the URL's.
         var partPath = plan.partPath
-        var offset = try PartialFile.size(of: partPath)
+        // Only a validator makes a partial file resumable (`If-Range`), so only then is its size looked up before
+        // the request; without one, a partial file left there is found when it is opened, and started over. Most
+        // downloads are new and have none: one lookup of the path fewer per file.
+        let ifRange = plan.validator?.ifRangeValue
+        var offset = ifRange == nil ? 0 : try PartialFile.size(of: partPath)
         var sentRange = false
-        if offset > 0 {
-            if let ifRange = plan.validator?.ifRangeValue {
-                headers.append(("Range", "bytes=\(offset)-"))
-                headers.append(("If-Range", ifRange))
-                sentRange = true
-            } else {
-                PartialFile.remove(partPath)
-                offset = 0
-                observer.restarted(plan.id, reason: "no validator from the server to resume the partial file safely")
-            }
+        if offset > 0, let ifRange {
+            headers.append(("Range", "bytes=\(offset)-"))
+            headers.append(("If-Range", ifRange))
+            sentRange = true
         }
         plan.progress.store(offset)
         observer.attemptStarted(plan.id, offset: offset)
@@ -299,6 +297,10 @@ extension Download {
         }
         observer.responseAccepted(plan.id, validator: validator, expectedBytes: expectedBytes, receivedBytes: offset)
         var file = try PartialFile(openingAt: partPath)
+        if offset == 0, file.size > 0 {
+            try file.startOver()
+            observer.restarted(plan.id, reason: "no validator from the server to resume the partial file safely")
+        }
         guard file.size == offset else {
             throw HaulError(.fileSystem, "\(partPath) changed while it was being resumed")
         }
@@ -404,6 +406,8 @@ extension Download {
             )
         }
         if plan.synchronizesFiles { try file.synchronize() }
+        // Read from the open file unless a validator hook may still touch it.
+        let modified = plan.hooks.validatesFile == nil ? file.modificationTime() : nil
         _ = consume file
         if let validates = plan.hooks.validatesFile, !validates(plan.id, URL(filePath: partPath)) {
             PartialFile.remove(partPath)
@@ -415,6 +419,7 @@ extension Download {
             partPath: partPath,
             byteCount: byteCount,
             sha256: sha256,
+            modified: modified,
             observer: observer
         )
     }
@@ -462,6 +467,7 @@ extension Download {
         partPath part: String,
         byteCount: Int64,
         sha256: String?,
+        modified: Double?,
         observer: some Observer
     ) async throws -> AttemptOutcome {
         observer.leftNetwork(plan.id)
@@ -469,7 +475,7 @@ extension Download {
         let name = components.removeLast()
         func path(_ name: String) -> String { plan.finalPath(components + [name]) }
         // Read before the rename, which keeps it: the completion is recorded with it before the file is in place.
-        let modified = Persisted.sizeAndModification(part)?.1
+        let modified = modified ?? Persisted.sizeAndModification(part)?.1
         func record(_ target: String) async -> Bool {
             await observer.willPublish(
                 plan.id,
