@@ -22,7 +22,7 @@ public final class TransferManager: Sendable {
     private let starts: AsyncStream<TransferID>
     private let deliveries: AsyncStream<ObserverMailbox>
     /// The transfers the store knew when this manager first looked (see ``lookUp(_:)``).
-    private let storedIDs = NIOLockedValueBox<Set<String>?>(nil)
+    private let storedIDs = NIOLockedValueBox<TransferIDDigests?>(nil)
     /// Fired when the scope ends, so the progress ticker stops at once instead of finishing its interval.
     private let tickerStop = StopSignal()
 
@@ -253,13 +253,17 @@ public final class TransferManager: Sendable {
         guard let store = self.configuration.store else { return Array(repeating: nil, count: requests.count) }
         let known = self.storedIDs.withLockedValue { ids in
             // A store just created holds none: no read on the way to the first request.
-            if ids == nil { ids = store.holdsNoTransfers ? [] : (try? store.transferIDs()) ?? [] }
+            if ids == nil {
+                ids =
+                    store.holdsNoTransfers
+                    ? TransferIDDigests() : (try? store.transferIDDigests()) ?? TransferIDDigests()
+            }
             return ids!
         }
         // Transfers this manager has met since (a failed one submitted again) are in the store through it.
         let met = self.core.withLockedValue { core in requests.map { core.knows($0.id) } }
         return zip(requests, met).map { request, met in
-            met || known.contains(request.id.rawValue) ? Persisted.lookUp(request, in: store) : nil
+            met || known.mayContain(request.id) ? Persisted.lookUp(request, in: store) : nil
         }
     }
 

@@ -309,6 +309,22 @@ struct TransferStoreTests {
         #expect(try stores[0].transferIDs() == Set((0..<6).map { "t\($0)" }))
     }
 
+    @Test func theDigestsOfItsIdentifiersKnowEveryStoredTransferAndNoOther() throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let stored = (0..<500).map { "stored-\($0)" } + ["", "naïve 日本語", String(repeating: "x", count: 300)]
+        try store.apply(
+            owner: "A",
+            stored.enumerated().map { .insertItem(batchID: batch, position: $0, row: self.row($1)) }
+        )
+        let digests = try store.transferIDDigests()
+        #expect(digests.count == stored.count)
+        #expect(stored.allSatisfy { digests.mayContain(TransferID($0)) })
+        #expect(!(0..<500).contains { digests.mayContain(TransferID("new-\($0)")) })
+        #expect(!digests.mayContain(TransferID("stored-1 ")), "a digest of the whole text, not a prefix")
+        #expect(!TransferIDDigests().mayContain(TransferID("stored-1")))
+    }
+
     @Test func aStoreCreatedWhenOpenedHoldsNoTransfersUntilOneIsWritten() throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }

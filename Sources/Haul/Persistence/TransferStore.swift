@@ -309,6 +309,32 @@ public final class TransferStore: Sendable {
         try self.database.read { db in try Set(String.fetchCursor(db, sql: "SELECT id FROM transfer")) }
     }
 
+    /// Digests of the identifiers of every transfer the store knows, read straight from SQLite's text without making
+    /// a string of each (see ``TransferIDDigests``).
+    func transferIDDigests() throws -> TransferIDDigests {
+        try self.database.read { db in
+            let sql = "SELECT id FROM transfer"
+            let statement = try db.makeStatement(sql: sql)
+            return try withExtendedLifetime(statement) {
+                let handle = statement.sqliteStatement
+                var digests = TransferIDDigests()
+                var code = sqlite3_step(handle)
+                while code == SQLITE_ROW {
+                    if let text = sqlite3_column_text(handle, 0) {
+                        let count = Int(sqlite3_column_bytes(handle, 0))
+                        digests.insert(UnsafeRawBufferPointer(start: text, count: count))
+                    }
+                    code = sqlite3_step(handle)
+                }
+                guard code == SQLITE_DONE else {
+                    let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
+                    throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: sql)
+                }
+                return digests
+            }
+        }
+    }
+
     func row(_ id: TransferID) throws -> TransferRow? {
         try self.database.read { db in
             try TransferRow.fetchOne(
