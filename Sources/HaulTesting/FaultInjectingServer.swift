@@ -47,6 +47,8 @@ public final class FaultInjectingServer: Sendable {
         case stallChunked(afterBytes: Int)
         /// Answer a range request with 416 and `Content-Range: bytes */N`.
         case rangeNotSatisfiable(completeLength: Int)
+        /// Read the request and answer nothing, keeping the connection open.
+        case noAnswer
         /// Send a response head with a header this many bytes long.
         case hugeHeader(bytes: Int)
         /// Send two different `Content-Length` headers.
@@ -449,6 +451,8 @@ public final class FaultInjectingServer: Sendable {
             }
             if self.sendInjectedStatus(fault, context: context) { return }
             switch fault {
+            case .noAnswer:
+                return  // Nothing, until the client gives up.
             case .rangeNotSatisfiable(let length) where headers["range"] != nil:
                 self.sendText(
                     status: .rangeNotSatisfiable,

@@ -318,6 +318,37 @@ struct ResilienceTests {
         #expect(retry == [.timedOut])
     }
 
+    @Test func aServerThatNeverAnswersTimesOutAndTheRetryGetsTheFile() async throws {
+        let started = ContinuousClock.now
+        let result = try await self.fetch(
+            .init(body: Self.body, faults: [.noAnswer]),
+            configuration: .retrying(idleTimeout: .seconds(1))
+        )
+        #expect(result.file == Self.body)
+        let retry = result.events.compactMap { if case .retrying(_, _, let error) = $0 { error.code } else { nil } }
+        #expect(retry == [.timedOut])
+        #expect(ContinuousClock.now - started < .seconds(30), "the idle timeout, not the operating system's")
+    }
+
+    @Test func aServerThatStopsAnsweringOnAReusedConnectionTimesOutToo() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/a": .init(body: Self.body), "/b": .init(body: Self.body, faults: [.noAnswer]),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                // One at a time: the second request goes on the first one's kept-alive connection.
+                var configuration = TransferManager.Configuration.retrying(idleTimeout: .seconds(1))
+                configuration.maximumConcurrentTransfers = 1
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.download([server.url("/a"), server.url("/b")], into: folder)
+                }
+                #expect(report.completed.count == 2)
+                #expect(report.items.last?.attempts == 2)
+                #expect(contents(of: folder.appending(path: "b")) == Self.body)
+            }
+        }
+    }
+
     @Test func storesAnEncodedBodyAsReceived() async throws {
         let result = try await self.fetch(.init(body: Self.body, faults: [.addHeaders(["Content-Encoding": "gzip"])]))
         #expect(result.file == Self.body)
