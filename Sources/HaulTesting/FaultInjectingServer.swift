@@ -133,6 +133,7 @@ public final class FaultInjectingServer: Sendable {
         var requests: [RecordedRequest] = []
         var inFlight = 0
         var maximumInFlight = 0
+        var acceptedConnections = 0
         var servedBodyBytes = 0
         var uploads: [String: Upload] = [:]
         var uploadFaults: [String: [Fault?]] = [:]
@@ -163,7 +164,8 @@ public final class FaultInjectingServer: Sendable {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                state.withLockedValue { $0.acceptedConnections += 1 }
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(RequestHandler(state: state))
                 }
@@ -211,6 +213,9 @@ public final class FaultInjectingServer: Sendable {
 
     /// The most requests that were in flight at once.
     public var maximumConcurrentRequests: Int { self.state.withLockedValue { $0.maximumInFlight } }
+
+    /// How many connections the server has accepted.
+    public var acceptedConnections: Int { self.state.withLockedValue { $0.acceptedConnections } }
 
     /// Body bytes sent so far, over all responses.
     public var servedBodyBytes: Int { self.state.withLockedValue { $0.servedBodyBytes } }

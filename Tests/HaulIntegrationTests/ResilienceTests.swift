@@ -345,6 +345,8 @@ struct ResilienceTests {
                 #expect(report.completed.count == 2)
                 #expect(report.items.last?.attempts == 2)
                 #expect(contents(of: folder.appending(path: "b")) == Self.body)
+                // /a and the first request for /b on one connection; the retry on a new one, the silent one closed.
+                #expect(server.acceptedConnections == 2)
             }
         }
     }
