@@ -4,7 +4,8 @@
 Usage:
     Benchmarks/peers/ab.py LIST RUNS {state,nostate} HAUL_A HAUL_B [HAUL_C ...]
 
-Runs `HAUL get -i LIST -d DIR -j 16 -q` with each binary in turn (A B A B ...), RUNS rounds, each in a fresh
+Runs `HAUL get -i LIST -d DIR -j 16 -q` with each binary in turn (A B, then B A, ...: each round starts one binary
+further on, as a binary's place in the round moves its time), RUNS rounds, each in a fresh
 output folder under /tmp/haul-ab/<time> (and, with `state`, a fresh state database), wrapped in GNU time; prints
 the median wall time, CPU seconds (user + system), user CPU and peak RSS per binary. User CPU is the steadiest of
 these on a shared machine.
@@ -33,7 +34,9 @@ def main() -> None:
     os.makedirs(base)
     samples: dict[int, list[tuple[float, float, float, float]]] = {i: [] for i in range(len(binaries))}
     for run in range(runs):
-        for index, binary in enumerate(binaries):
+        shift = run % len(binaries)
+        order = list(enumerate(binaries))[shift:] + list(enumerate(binaries))[:shift]
+        for index, binary in order:
             out = f"{base}/out{run}-{index}"
             args = [binary, "get", "-i", url_list, "-d", out, "-j", "16", "-q"]
             args += ["--state", f"{out}.sqlite"] if mode == "state" else ["--no-state"]
