@@ -304,11 +304,6 @@ public final class TransferStore: Sendable {
         }
     }
 
-    /// The identifiers of every transfer the store knows.
-    func transferIDs() throws -> Set<String> {
-        try self.database.read { db in try Set(String.fetchCursor(db, sql: "SELECT id FROM transfer")) }
-    }
-
     /// Digests of the identifiers of every transfer the store knows, read straight from SQLite's text without making
     /// a string of each (see ``TransferIDDigests``).
     func transferIDDigests() throws -> TransferIDDigests {
