@@ -114,6 +114,8 @@ public final class FaultInjectingServer: Sendable {
         public var ifRange: String? { self.headers["if-range"] }
         /// How many body bytes the request carried (for uploads), as far as the server read it.
         public var bodyByteCount = 0
+        /// The connection it came on: 1 for the first connection the server accepted, 2 for the second, ...
+        public var connection = 0
     }
 
     /// A file received by an upload.
@@ -164,10 +166,13 @@ public final class FaultInjectingServer: Sendable {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                state.withLockedValue { $0.acceptedConnections += 1 }
+                let connection = state.withLockedValue {
+                    $0.acceptedConnections += 1
+                    return $0.acceptedConnections
+                }
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(RequestHandler(state: state))
+                    try channel.pipeline.syncOperations.addHandler(RequestHandler(state: state, connection: connection))
                 }
             }
             .bind(host: host, port: 0).get()
@@ -264,12 +269,17 @@ public final class FaultInjectingServer: Sendable {
         typealias OutboundOut = HTTPServerResponsePart
 
         private let state: NIOLockedValueBox<State>
+        /// Which accepted connection this is, counted from 1.
+        private let connection: Int
         private var head: HTTPRequestHead?
         private var responding = false
         /// For an upload or a deletion: the body so far, the fault chosen for it, and its index in `requests`.
         private var upload: (body: [UInt8], fault: Fault?, index: Int)?
 
-        init(state: NIOLockedValueBox<State>) { self.state = state }
+        init(state: NIOLockedValueBox<State>, connection: Int) {
+            self.state = state
+            self.connection = connection
+        }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             switch self.unwrapInboundIn(data) {
@@ -308,7 +318,13 @@ public final class FaultInjectingServer: Sendable {
             for (name, value) in head.headers { headers[name.lowercased()] = value }
             return self.state.withLockedValue { state in
                 state.requests.append(
-                    RecordedRequest(method: head.method.rawValue, path: head.uri, headers: headers, receivedAt: .now)
+                    RecordedRequest(
+                        method: head.method.rawValue,
+                        path: head.uri,
+                        headers: headers,
+                        receivedAt: .now,
+                        connection: self.connection
+                    )
                 )
                 state.inFlight += 1
                 state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
@@ -436,7 +452,13 @@ public final class FaultInjectingServer: Sendable {
             for (name, value) in head.headers { headers[name.lowercased()] = value }
             let (resource, fault): (Resource?, Fault?) = self.state.withLockedValue { state in
                 state.requests.append(
-                    RecordedRequest(method: head.method.rawValue, path: path, headers: headers, receivedAt: .now)
+                    RecordedRequest(
+                        method: head.method.rawValue,
+                        path: path,
+                        headers: headers,
+                        receivedAt: .now,
+                        connection: self.connection
+                    )
                 )
                 state.inFlight += 1
                 state.maximumInFlight = max(state.maximumInFlight, state.inFlight)
