@@ -152,8 +152,10 @@ struct PersistenceTests {
                 let recorded = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
                     manager in
                     let batch = try manager.enqueue([request])
-                    // The start is written with the first checkpoint, half a second in: wait up to ten seconds.
-                    let deadline = ContinuousClock.now + .seconds(10)
+                    // The start is written with the first checkpoint, half a second in, and the bytes at most half
+                    // a second after they came: wait up to a minute (the loop ends as soon as they are there).
+                    // Ten seconds were once not enough with the whole suite running beside two busy processes.
+                    let deadline = ContinuousClock.now + .seconds(60)
                     var row = try store.transfer(request.id)
                     while ContinuousClock.now < deadline, row?.state != "running" || row?.bytesOnDisk != 60_000 {
                         try await Task.sleep(for: .milliseconds(50))
