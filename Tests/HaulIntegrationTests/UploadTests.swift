@@ -182,7 +182,10 @@ struct UploadTests {
                 }
                 #expect(report.cancelled.count >= 4)
                 #expect(report.cancelled.count + report.completed.count == 6)
-                #expect(server.uploads.count == report.completed.count)
+                // A cancel that comes as a running upload's last bytes leave may find the server storing it: that
+                // file is reported cancelled (no answer confirmed it) though the server has it (seen once under load).
+                #expect(server.uploads.count >= report.completed.count, "every completed upload is on the server")
+                #expect(server.uploads.count <= report.completed.count + 2, "besides those, only the two running")
                 #expect(server.requests.count <= 2 + report.completed.count, "waiting items never started")
             }
         }
