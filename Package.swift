@@ -82,6 +82,19 @@ let package = Package(
             path: "Benchmarks/HaulBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
+        // The floor under `haul get`: AsyncHTTPClient alone on a list of URLs, as Haul configures it, with and without
+        // writing the files (see Benchmarks/HTTPFloor/main.swift and docs/benchmarks.md). Not part of `swift test`.
+        .executableTarget(
+            name: "haul-http-floor",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            path: "Benchmarks/HTTPFloor"
+        ),
         .testTarget(
             name: "HaulTests",
             dependencies: [

@@ -89,6 +89,21 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
+    // A new state database created, switched to the write-ahead log and migrated: what `haul get` does before its
+    // first request when the database does not exist yet (`compare.py` gives Haul a new one per run).
+    Benchmark("Store: a new database opened", configuration: .init(maxIterations: 200)) { benchmark in
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        var opened = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            let store = try TransferStore(path: folder.appending(path: "state-\(opened).sqlite"))
+            blackHole(store)
+            opened += 1
+        }
+    }
+
     // A transaction per write, each waited for: what a publishing record costs when files finish one at a time (it
     // must be in the database before the file is renamed).
     Benchmark("Store: 1,000 publishing records, a transaction each", configuration: .init(maxIterations: 100)) {
