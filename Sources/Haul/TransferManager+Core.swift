@@ -204,6 +204,10 @@ extension TransferManager {
         /// Subscribers to the running-transfer count, and the count they last heard.
         var activitySubscribers: [Int: AsyncStream<Int>.Continuation] = [:]
         var reportedRunningCount = 0
+        /// The last folder's path and the last destination's stored path: a batch's transfers share them, and taking
+        /// a URL's path costs a microsecond or two, once per plan and twice per stored row.
+        var folderPaths = LastPath()
+        var storedPaths = LastPath()
         /// Where new observers go to get a delivery task.
         let deliveries: AsyncStream<ObserverMailbox>.Continuation
         /// The observers of every transfer, and those of one transfer, by token.
@@ -446,11 +450,35 @@ extension TransferManager {
         }
 
         /// The plan for the attempt of a transfer the scheduler started.
-        func plan(for id: TransferID) -> (Download.Plan, StopSignal)? {
-            guard let record = self.transfers[id], let signal = record.stopSignal else { return nil }
+        mutating func plan(for id: TransferID) -> (Download.Plan, StopSignal)? {
+            guard let folder = self.withTransfer(id, { $0.folder }) else { return nil }
+            let folderPath = self.folderPaths.path(of: folder, Download.folderPath(of:))
+            let (configuration, bandwidth, progressCell) = (self.configuration, self.bandwidth, self.progressCells[id])
+            // Through the in-place accessor: the record's fields are read where they are, not copied out whole.
+            return self.withTransfer(id) { record -> (Download.Plan, StopSignal)? in
+                Self.plan(
+                    for: id,
+                    record: record,
+                    folderPath: folderPath,
+                    configuration: configuration,
+                    bandwidth: bandwidth,
+                    progressCell: progressCell
+                )
+            } ?? nil
+        }
+
+        private static func plan(
+            for id: TransferID,
+            record: Record,
+            folderPath: String,
+            configuration: Configuration,
+            bandwidth: BandwidthLimiter,
+            progressCell: ProgressCell?
+        ) -> (Download.Plan, StopSignal)? {
+            guard let signal = record.stopSignal else { return nil }
             var headers = record.request.headers
             if !headers.contains(where: { $0.name.lowercased() == "user-agent" }) {
-                headers.append(("User-Agent", self.configuration.userAgent))
+                headers.append(("User-Agent", configuration.userAgent))
             }
             let plan = Download.Plan(
                 id: id,
@@ -458,7 +486,7 @@ extension TransferManager {
                 url: record.request.url,
                 headers: headers,
                 folder: record.folder,
-                folderPath: Download.folderPath(of: record.folder),
+                folderPath: folderPath,
                 nameComponents: record.nameComponents,
                 usesContentDisposition: record.usesContentDisposition,
                 conflictPolicy: record.conflictPolicy,
@@ -466,14 +494,14 @@ extension TransferManager {
                 checksum: record.request.checksum,
                 computesSHA256: record.request.computesSHA256,
                 validator: record.validator,
-                synchronizesFiles: self.configuration.synchronizesFiles,
-                progress: self.progressCells[id] ?? ProgressCell(record.receivedBytes),
-                maximumFileSize: self.configuration.maximumFileSize,
-                lowSpeedLimit: self.configuration.lowSpeedLimit,
-                idleTimeout: self.configuration.idleTimeout,
-                bandwidth: self.bandwidth,
+                synchronizesFiles: configuration.synchronizesFiles,
+                progress: progressCell ?? ProgressCell(record.receivedBytes),
+                maximumFileSize: configuration.maximumFileSize,
+                lowSpeedLimit: configuration.lowSpeedLimit,
+                idleTimeout: configuration.idleTimeout,
+                bandwidth: bandwidth,
                 transferBandwidth: record.bandwidth,
-                hooks: self.configuration.hooks,
+                hooks: configuration.hooks,
                 attempt: record.machine.attempts
             )
             return (plan, signal)
@@ -1027,17 +1055,17 @@ extension TransferManager.Core {
     }
 
     /// The store's row for a record.
-    func row(for record: TransferManager.Record, state: TransferState) -> TransferRow {
+    mutating func row(for record: TransferManager.Record, state: TransferState) -> TransferRow {
         let secret = self.configuration.secretHeaderNames
         let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }
         let kind = if case .file = record.request.destination { "file" } else { "folder" }
-        let path = record.request.destination.storedPath
+        let path = self.storedPaths.path(of: record.request.destination.url) { $0.standardizedFilePath }
         return TransferRow(
             id: record.request.id.rawValue,
             url: record.request.url.absoluteString,
             destinationKind: kind,
             destinationPath: path,
-            folder: Download.folderPath(of: record.folder),
+            folder: self.folderPaths.path(of: record.folder, Download.folderPath(of:)),
             nameComponents: JSONText.array(record.nameComponents),
             usesContentDisposition: record.usesContentDisposition,
             conflictPolicy: record.conflictPolicy.description,

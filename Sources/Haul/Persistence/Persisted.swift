@@ -106,10 +106,27 @@ extension stat {
 }
 
 extension TransferRequest.Destination {
-    /// The destination's path as the store records it.
-    var storedPath: String {
+    /// The folder's or the file's URL.
+    var url: URL {
         switch self {
-        case .folder(let url), .file(let url): url.standardizedFilePath
+        case .folder(let url), .file(let url): url
         }
+    }
+
+    /// The destination's path as the store records it.
+    var storedPath: String { self.url.standardizedFilePath }
+}
+
+/// A one-entry cache of a path computed from a URL: the transfers of a batch share their folder, and each `URL.path`
+/// (or its standardized form) costs a microsecond or two. Each cache is used with one computation only.
+struct LastPath: Sendable {
+    private var last: (url: URL, path: String)?
+
+    /// `compute(url)`, or what it gave last time for an equal URL.
+    mutating func path(of url: URL, _ compute: (URL) -> String) -> String {
+        if let last, last.url == url { return last.path }
+        let path = compute(url)
+        self.last = (url, path)
+        return path
     }
 }
