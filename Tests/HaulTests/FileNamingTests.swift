@@ -196,3 +196,22 @@ struct DerivedIdentifierTests {
         #expect(String(hexOf: (0..<3).lazy.map { UInt8($0 * 100) }) == "0064c8")
     }
 }
+
+@Suite("Paths taken once per batch")
+struct LastPathTests {
+    @Test func anEqualURLGetsTheRememberedPathAndAnotherURLItsOwn() {
+        var cache = LastPath()
+        var computed: [String] = []
+        func path(_ url: URL) -> String {
+            computed.append(url.path)
+            return url.path
+        }
+        let first = URL(filePath: "/data/album", directoryHint: .isDirectory)
+        let second = URL(filePath: "/data/album/extra", directoryHint: .isDirectory)
+        #expect(cache.path(of: first, path) == "/data/album")
+        #expect(cache.path(of: URL(filePath: "/data/album", directoryHint: .isDirectory), path) == "/data/album")
+        #expect(cache.path(of: second, path) == "/data/album/extra")
+        #expect(cache.path(of: first, path) == "/data/album")
+        #expect(computed == ["/data/album", "/data/album/extra", "/data/album"])
+    }
+}
