@@ -16,14 +16,27 @@ public final class Batch: Sendable {
     ///
     /// - Throws: ``HaulError/Code/batchFinished`` when every transfer of the batch has already finished.
     public func add(_ request: TransferRequest) throws {
+        try self.add(contentsOf: [request])
+    }
+
+    /// Adds transfers to the batch while it runs, in order, as ``add(_:)`` adds each, with one look into the store
+    /// and one turn of the manager's lock for all of them: a producer with many (a list read from a file) adds them
+    /// in slices rather than one lock and one look per request, while the running transfers take the same lock.
+    ///
+    /// - Throws: ``HaulError/Code/batchFinished`` when every transfer of the batch has already finished, or
+    ///   ``HaulError/Code/managerShutDown``; then none of `requests` was added.
+    public func add(contentsOf requests: [TransferRequest]) throws {
+        guard !requests.isEmpty else { return }
         let id = self.id
-        let persisted = self.manager.lookUp([request])[0]
+        let persisted = self.manager.lookUp(requests)
         try self.manager.withCore { core, aftermath throws(HaulError) in
             guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
             guard core.withBatch(id, { $0.isFinished }) == false else {
                 throw HaulError(.batchFinished, "Batch \(id) has finished; start a new batch")
             }
-            core.add(request, to: id, persisted: persisted, aftermath: &aftermath)
+            for (request, persisted) in zip(requests, persisted) {
+                core.add(request, to: id, persisted: persisted, aftermath: &aftermath)
+            }
         }
     }
 

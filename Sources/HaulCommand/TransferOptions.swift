@@ -97,7 +97,9 @@ enum BatchRunner {
                 group.addTask { await EventPrinter.print(events, mode: mode) }
                 if let expectedItems { batch.expectItems(expectedItems) }
                 do {
-                    try await fill(BatchFeeder(batch: batch))
+                    let feeder = BatchFeeder(batch: batch)
+                    try await fill(feeder)
+                    try await feeder.flush()
                     batch.seal()
                 } catch let error as HaulError where error.code == .batchFinished {
                     // A stop (Ctrl-C) ended the batch while its list was being read: the rest is not added.
@@ -134,18 +136,36 @@ extension BatchRunner {
 }
 
 /// Adds requests to a batch a window at a time: a list of 100,000 URLs keeps at most ``window`` transfers queued or
-/// running, so memory holds those and the finished ones' results, not 100,000 queued requests.
-struct BatchFeeder {
+/// running, so memory holds those and the finished ones' results, not 100,000 queued requests. Requests go to the
+/// batch in slices of ``slice`` (the whole list is read before the first is added, so a slice never waits for input).
+final class BatchFeeder {
     /// At most this many unfinished items: 16 times the largest `-j`, so the queue never runs dry while it refills.
     static let window = 4096
+    /// How many requests are added at once: one look into the store and one turn of the manager's lock for each
+    /// slice, instead of three locks and a look per request while the running transfers take the same lock.
+    static let slice = 32
 
     let batch: Batch
+    private var pending: [TransferRequest] = []
+
+    init(batch: Batch) {
+        self.batch = batch
+    }
 
     func add(_ request: TransferRequest) async throws {
-        if self.batch.unfinishedCount >= Self.window {
+        self.pending.append(request)
+        if self.pending.count >= Self.slice { try await self.flush() }
+    }
+
+    /// Adds the requests held back; called once more after the last one.
+    func flush() async throws {
+        guard !self.pending.isEmpty else { return }
+        if self.batch.unfinishedCount + self.pending.count > Self.window {
             // Refill in halves: one wake-up per 2,048 items, not one per item.
             await self.batch.waitUntilUnfinished(atMost: Self.window / 2)
         }
-        try self.batch.add(request)
+        let slice = self.pending
+        self.pending.removeAll(keepingCapacity: true)
+        try self.batch.add(contentsOf: slice)
     }
 }

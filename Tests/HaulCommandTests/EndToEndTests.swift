@@ -165,6 +165,30 @@ struct EndToEndTests {
         }
     }
 
+    @Test func aListLongerThanOneSliceIsDownloadedWholeWithEachItemsOwnOptions() async throws {
+        // 70 items: two whole slices of 32 requests added to the batch at once, and the six left at the end.
+        let bodies = (0..<70).map { FaultInjectingServer.body(size: 100 + $0, seed: UInt64(500 + $0)) }
+        let resources = Dictionary(
+            uniqueKeysWithValues: bodies.indices.map { ("/f\($0)", FaultInjectingServer.Resource(body: bodies[$0])) }
+        )
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await self.withFolder { folder in
+                let list = bodies.indices.map { "\(server.url("/f\($0)").absoluteString)\n  out=n\($0).bin" }
+                    .joined(separator: "\n")
+                let output = try await HaulProcess.run(
+                    ["get", "-i", "-", "-d", folder.path, "-j", "8", "--no-state"],
+                    stdin: list
+                )
+                #expect(output.status == 0, "\(output.stderr)")
+                #expect(output.stdout.contains("70 files: 70 completed, 0 failed"), "\(output.stdout)")
+                for index in bodies.indices {
+                    #expect(try Data(contentsOf: folder.appending(path: "n\(index).bin")) == Data(bodies[index]))
+                }
+                #expect(server.requests.count == 70)
+            }
+        }
+    }
+
     @Test func writesOneJSONEventPerLineAndNothingElseOnStandardOutput() async throws {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in

@@ -178,6 +178,32 @@ struct TransferControlTests {
         }
     }
 
+    @Test func slicesAddedToABatchRunInTheirOrderAndNoneIsAddedOnceTheBatchHasFinished() async throws {
+        let paths = (0..<10).map { "/f\($0)" }
+        let resources = Dictionary(uniqueKeysWithValues: paths.map { ($0, FaultInjectingServer.Resource(body: [1])) })
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let (report, refused) = try await TransferManager.withTransferManager(configuration: .testing()) {
+                    manager in
+                    let batch = try manager.makeBatch()
+                    let requests = paths.map { TransferRequest(url: server.url($0), into: folder) }
+                    try batch.add(contentsOf: Array(requests[..<6]))
+                    try batch.add(contentsOf: [])
+                    try batch.add(contentsOf: Array(requests[6...]))
+                    batch.seal()
+                    let report = await batch.report()
+                    let late = TransferRequest(url: server.url("/late"), into: folder)
+                    let refused = #expect(throws: HaulError.self) { try batch.add(contentsOf: [late, late]) }
+                    return (report, refused?.code)
+                }
+                #expect(report.items.map(\.url.path) == paths, "one item per request, in order")
+                #expect(report.completed.count == 10)
+                #expect(refused == .batchFinished)
+                #expect(names(in: folder) == paths.map { String($0.dropFirst()) }.sorted())
+            }
+        }
+    }
+
     @Test func whatIsStillRunningWhenTheScopeEndsIsCancelled() async throws {
         try await FaultInjectingServer.withServer(resources: ["/big": Self.slowResource()]) { server in
             try await withTemporaryDirectory { folder in
