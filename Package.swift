@@ -1,6 +1,15 @@
 // swift-tools-version: 6.2
 import PackageDescription
 
+/// SwiftNIO's modules for a program that runs its own HTTP server or client on event loops (the test server, and the
+/// HTTP floor benchmark).
+let nioOnEventLoops: [Target.Dependency] = [
+    .product(name: "NIOCore", package: "swift-nio"),
+    .product(name: "NIOPosix", package: "swift-nio"),
+    .product(name: "NIOHTTP1", package: "swift-nio"),
+    .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+]
+
 /// Every target compiles in the Swift 6 language mode (the tools version's default) with warnings
 /// treated as a defect by `.ci/run`, not by a flag here, so downstream builds never break on a new warning.
 let package = Package(
@@ -61,15 +70,7 @@ let package = Package(
             swiftSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux], configuration: .release))],
             linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux], configuration: .release))]
         ),
-        .target(
-            name: "HaulTesting",
-            dependencies: [
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-            ]
-        ),
+        .target(name: "HaulTesting", dependencies: nioOnEventLoops),
         // Micro-benchmarks of the hot paths: `swift package benchmark` (see docs/benchmarks.md). An executable, so
         // `swift test` never runs it; it sees Haul's `package` declarations.
         .executableTarget(
@@ -86,13 +87,7 @@ let package = Package(
         // writing the files (see Benchmarks/HTTPFloor/main.swift and docs/benchmarks.md). Not part of `swift test`.
         .executableTarget(
             name: "haul-http-floor",
-            dependencies: [
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-            ],
+            dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client")] + nioOnEventLoops,
             path: "Benchmarks/HTTPFloor"
         ),
         .testTarget(
