@@ -253,13 +253,45 @@ public final class FaultInjectingServer: Sendable {
         return String(hash, radix: 16)
     }
 
-    /// A port on 127.0.0.1 where nothing listens (bound, then closed), for connection-refused tests.
+    /// A port on 127.0.0.1 where nothing listens (bound, then closed): a free port for a server about to start (nginx).
+    /// For a test that needs a refused connection, ``withRefusingPort(_:)``: a port closed at once may be handed to
+    /// the next server that binds port 0.
     public static func refusingPort() async throws -> Int {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(host: "127.0.0.1", port: 0).get()
         let port = channel.localAddress!.port!
         try await channel.close()
         return port
+    }
+
+    /// Runs `body` with a port on 127.0.0.1 that refuses connections for as long as `body` runs: a socket is bound to
+    /// it without listening, so no other server can take the port meanwhile. (With a port merely closed, a test
+    /// expecting a refusal once reached another test's server, which then saw a request it never expected.)
+    public static func withRefusingPort<Result>(_ body: (Int) async throws -> Result) async throws -> Result {
+        #if canImport(Glibc)
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let descriptor = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard descriptor >= 0 else { throw RefusingPortError(errno: errno) }
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
+                bind(descriptor, generic, length) == 0 && getsockname(descriptor, generic, &length) == 0
+            }
+        }
+        guard bound else { throw RefusingPortError(errno: errno) }
+        return try await body(Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    /// A refusing port could not be reserved.
+    public struct RefusingPortError: Error {
+        public var errno: Int32
     }
 
     // MARK: The handler

@@ -31,7 +31,12 @@ struct BatchDownloadTests {
 
     @Test func reportsNotFoundAndRefusedConnectionsPerItemWhileTheRestComplete() async throws {
         let body = FaultInjectingServer.body(size: 10_000, seed: 1)
-        let refusing = try await FaultInjectingServer.refusingPort()
+        try await FaultInjectingServer.withRefusingPort { refusing in
+            try await self.downloadWithNotFoundAndRefused(body: body, refusing: refusing)
+        }
+    }
+
+    private func downloadWithNotFoundAndRefused(body: [UInt8], refusing: Int) async throws {
         try await FaultInjectingServer.withServer(resources: ["/ok": .init(body: body)]) { server in
             try await withTemporaryDirectory { folder in
                 let urls = [

@@ -142,7 +142,10 @@ struct ResilienceTests {
     }
 
     @Test func retriesARefusedConnection() async throws {
-        let port = try await FaultInjectingServer.refusingPort()
+        try await FaultInjectingServer.withRefusingPort { port in try await self.retryRefused(port: port) }
+    }
+
+    private func retryRefused(port: Int) async throws {
         try await withTemporaryDirectory { folder in
             let report = try await TransferManager.withTransferManager(configuration: .retrying(attempts: 2)) {
                 manager in
