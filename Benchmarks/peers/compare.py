@@ -11,9 +11,10 @@ What it does:
     and a URL list per corpus under ROOT/lists;
   * starts nginx on a free 127.0.0.1 port (pid file, logs and temp paths in ROOT), stops it by PID at the end;
   * for each corpus, runs every tool once per round, in interleaved order (haul curl wget2 aria2c haul curl ...),
-    RUNS rounds, each round starting one tool further on so that no tool always runs in the same place; before each run the previous output is moved aside (deleted at the end: creating thousands of
-    files right after deleting thousands is slower on ext4) and the corpus is read once so nginx serves it from the
-    page cache; each run is wrapped in GNU time for CPU seconds and peak RSS;
+    RUNS rounds, each round starting one tool further on so that no tool always runs in the same place; before
+    each run the previous output is moved aside (deleted at the end: creating thousands of files right after
+    deleting thousands is slower on ext4) and the corpus is read once so nginx serves it from the page cache; each
+    run is wrapped in GNU time for CPU seconds and peak RSS;
   * checks every output file byte for byte after the last round;
   * prints one Markdown table per corpus: median wall time, files/s, MB/s, CPU s, peak RSS, and each tool's time
     divided by Haul's (> 1: Haul is faster).

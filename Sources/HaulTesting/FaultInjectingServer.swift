@@ -135,6 +135,7 @@ public final class FaultInjectingServer: Sendable {
         var requests: [RecordedRequest] = []
         var inFlight = 0
         var maximumInFlight = 0
+        /// How many connections the server has accepted (each request records which one it came on).
         var acceptedConnections = 0
         var servedBodyBytes = 0
         var uploads: [String: Upload] = [:]
@@ -218,9 +219,6 @@ public final class FaultInjectingServer: Sendable {
 
     /// The most requests that were in flight at once.
     public var maximumConcurrentRequests: Int { self.state.withLockedValue { $0.maximumInFlight } }
-
-    /// How many connections the server has accepted.
-    public var acceptedConnections: Int { self.state.withLockedValue { $0.acceptedConnections } }
 
     /// Body bytes sent so far, over all responses.
     public var servedBodyBytes: Int { self.state.withLockedValue { $0.servedBodyBytes } }

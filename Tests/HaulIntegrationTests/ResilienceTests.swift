@@ -19,6 +19,12 @@ extension TransferManager.Configuration {
 struct ResilienceTests {
     static let body = FaultInjectingServer.body(size: 300_000, seed: 11)
 
+    /// The partial file Haul writes for `request` when the final name is `name`: `NAME.TAG.part`, TAG from the
+    /// transfer's identifier (as `Download.partPath` names it; that one is internal to Haul).
+    static func partialFileName(_ name: String, of request: TransferRequest) -> String {
+        "\(name).\(String(TransferID.derived(url: request.id.rawValue, destination: "").rawValue.prefix(8))).part"
+    }
+
     /// A resource whose chunks arrive apart, so that every byte sent before a fault reaches the client.
     static func paced(
         _ faults: [FaultInjectingServer.Fault?],
@@ -416,8 +422,7 @@ struct ResilienceTests {
                 let destination = folder.appending(path: "out")
                 try FileManager.default.createDirectory(at: destination, withIntermediateDirectories: true)
                 let request = TransferRequest(url: server.url("/file"), into: destination)
-                let partName =
-                    "file.\(String(TransferID.derived(url: request.id.rawValue, destination: "").rawValue.prefix(8))).part"
+                let partName = Self.partialFileName("file", of: request)
                 try FileManager.default.createSymbolicLink(
                     at: destination.appending(path: partName),
                     withDestinationURL: victim
@@ -435,8 +440,7 @@ struct ResilienceTests {
         try await FaultInjectingServer.withServer(resources: ["/file": .init(body: Self.body)]) { server in
             try await withTemporaryDirectory { folder in
                 let request = TransferRequest(url: server.url("/file"), into: folder)
-                let partName =
-                    "file.\(String(TransferID.derived(url: request.id.rawValue, destination: "").rawValue.prefix(8))).part"
+                let partName = Self.partialFileName("file", of: request)
                 // Left by an earlier run without a store: nothing says which version of the file these bytes are.
                 try Data(repeating: 0xEE, count: 3_000).write(to: folder.appending(path: partName))
                 let report = try await TransferManager.withTransferManager(configuration: .retrying()) { manager in
