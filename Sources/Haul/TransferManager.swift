@@ -126,7 +126,7 @@ public final class TransferManager: Sendable {
     }
 
     /// With a store, claims the transfer's lease first (another process may hold it, or have completed the file);
-    /// then runs the attempt beside its stop signal.
+    /// then runs the attempt, which its stop signal cancels.
     private func claimAndRun(_ plan: Download.Plan, signal: StopSignal) async -> Download.AttemptOutcome {
         switch await self.storeWriter?.claim(plan.id) ?? .claimed {
         case .claimed:
@@ -141,23 +141,13 @@ public final class TransferManager: Sendable {
         case .completedElsewhere(let file):
             return .completed(file)
         }
-        return await withTaskGroup(of: Download.AttemptOutcome?.self) { group in
-            group.addTask {
-                switch plan.operation {
-                case .download: await Download.run(plan, transport: self.transport, observer: self)
-                case .upload(let upload): await Upload.run(plan, upload, transport: self.transport, observer: self)
-                case .delete(let deletion):
-                    await Deletion.run(plan, deletion, transport: self.transport, observer: self)
-                }
+        let (transport, operation) = (self.transport, plan.operation)
+        return await signal.run {
+            switch operation {
+            case .download: await Download.run(plan, transport: transport, observer: self)
+            case .upload(let upload): await Upload.run(plan, upload, transport: transport, observer: self)
+            case .delete(let deletion): await Deletion.run(plan, deletion, transport: transport, observer: self)
             }
-            group.addTask {
-                await signal.wait()
-                return nil
-            }
-            let first = await group.next()!
-            group.cancelAll()
-            if let first { return first }
-            return await group.next()!!
         }
     }
 

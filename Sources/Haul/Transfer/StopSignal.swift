@@ -1,24 +1,47 @@
 import NIOConcurrencyHelpers
 
-/// A one-shot signal that asks a running attempt to stop.
+/// A one-shot signal that asks a running attempt (or a wait before a retry) to stop.
 ///
-/// The attempt's driver waits on it beside the request; when it fires, the driver cancels the request's task.
+/// The attempt runs through ``run(_:)``, in a task the signal cancels when it fires; a wait uses ``wait(upTo:)``.
 final class StopSignal: Sendable {
-    private enum State {
-        case idle
-        case waiting(CheckedContinuation<Void, Never>)
-        case fired
+    private struct State {
+        var isFired = false
+        /// The task waiting in ``wait()``.
+        var waiter: CheckedContinuation<Void, Never>?
+        /// Cancels the operation running in ``run(_:)``.
+        var cancelsOperation: (@Sendable () -> Void)?
     }
-    private let state = NIOLockedValueBox(State.idle)
+    private let state = NIOLockedValueBox(State())
 
     /// Fires the signal; later calls do nothing.
     func fire() {
-        let continuation: CheckedContinuation<Void, Never>? = self.state.withLockedValue { state in
-            defer { state = .fired }
-            if case .waiting(let continuation) = state { return continuation }
-            return nil
+        let (waiter, cancelsOperation) = self.state.withLockedValue { state in
+            defer { (state.isFired, state.waiter, state.cancelsOperation) = (true, nil, nil) }
+            return state.isFired ? (nil, nil) : (state.waiter, state.cancelsOperation)
         }
-        continuation?.resume()
+        waiter?.resume()
+        cancelsOperation?()
+    }
+
+    /// Runs `operation` in a task of its own, cancelled when the signal fires (at once if it has fired already) or
+    /// when the calling task is cancelled, and returns its result.
+    ///
+    /// One task per attempt: waiting for the signal in a second child task beside the operation cost a task, a
+    /// group and a cancellation per file (about 3 % of the CPU on 2,000 small files).
+    func run<T: Sendable>(_ operation: @escaping @Sendable () async -> T) async -> T {
+        let task = Task { await operation() }
+        let firedAlready = self.state.withLockedValue { state in
+            if !state.isFired { state.cancelsOperation = { task.cancel() } }
+            return state.isFired
+        }
+        if firedAlready { task.cancel() }
+        let result = await withTaskCancellationHandler {
+            await task.value
+        } onCancel: {
+            task.cancel()
+        }
+        self.state.withLockedValue { $0.cancelsOperation = nil }
+        return result
     }
 
     /// Returns when the signal fires or the calling task is cancelled (which does not fire it: the signal can be
@@ -27,8 +50,8 @@ final class StopSignal: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = self.state.withLockedValue { state in
-                    if case .idle = state, !Task.isCancelled {
-                        state = .waiting(continuation)
+                    if !state.isFired, state.waiter == nil, !Task.isCancelled {
+                        state.waiter = continuation
                         return false
                     }
                     return true
@@ -36,12 +59,11 @@ final class StopSignal: Sendable {
                 if resumeNow { continuation.resume() }
             }
         } onCancel: {
-            let continuation: CheckedContinuation<Void, Never>? = self.state.withLockedValue { state in
-                guard case .waiting(let continuation) = state else { return nil }
-                state = .idle
-                return continuation
+            let waiter = self.state.withLockedValue { state in
+                defer { state.waiter = nil }
+                return state.waiter
             }
-            continuation?.resume()
+            waiter?.resume()
         }
     }
 
