@@ -98,6 +98,76 @@ struct SchedulerTests {
         #expect(scheduler.runningEnded("b") == [])
     }
 
+    @Test func aHeldHostStartsNothingUntilItsLastHoldIsReleasedWhileOtherHostsGoOn() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 1)
+        #expect(scheduler.enqueue("a1", host: "a") == ["a1"])
+        _ = scheduler.enqueue("a2", host: "a")
+        _ = scheduler.enqueue("b1", host: "b")
+        scheduler.hold("a")
+        scheduler.hold("a")
+        #expect(scheduler.runningEnded("a1") == ["b1"])
+        #expect(scheduler.runningEnded("b1") == [])
+        #expect(scheduler.release("a") == [])
+        #expect(scheduler.release("a") == ["a2"])
+        #expect(scheduler.release("a") == [])
+    }
+
+    @Test func aHostIsForgottenWhenNothingIsQueuedRunningOrHeldThereAndItsNumberServesTheNextHost() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 2, maximumPerHost: 1)
+        _ = scheduler.enqueue("a1", host: "a")
+        _ = scheduler.enqueue("a2", host: "a")
+        #expect(scheduler.trackedHostCount == 1)
+        // a1 leaves the network (its host is then idle but for a2), a2 starts and ends, a1 publishes.
+        #expect(scheduler.leftNetwork("a1") == ["a2"])
+        #expect(scheduler.runningEnded("a2") == [])
+        #expect(scheduler.trackedHostCount == 0)
+        // The next host takes the forgotten number; the publishing transfer's end does not touch it.
+        #expect(scheduler.enqueue("b1", host: "b") == ["b1"])
+        _ = scheduler.enqueue("b2", host: "b")
+        #expect(scheduler.runningEnded("a1") == [])
+        #expect(scheduler.runningCount == 1)
+        #expect(scheduler.runningEnded("b1") == ["b2"])
+        scheduler.hold("c")
+        #expect(scheduler.trackedHostCount == 2)
+        #expect(scheduler.release("c") == [])
+        #expect(scheduler.trackedHostCount == 1)
+    }
+
+    @Test func aHostWhoseWaitingTransfersWereAllRemovedIsForgotten() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 1, maximumPerHost: 1)
+        _ = scheduler.enqueue("a1", host: "a")
+        _ = scheduler.enqueue("b1", host: "b")
+        _ = scheduler.enqueue("b2", host: "b")
+        scheduler.removeWaiting("b1")
+        scheduler.removeWaiting("b2")
+        #expect(scheduler.runningEnded("a1") == [])
+        #expect(scheduler.trackedHostCount == 0)
+        #expect(scheduler.waitingCount == 0)
+    }
+
+    @Test func startsEveryTransferOnceWithinTheLimitsWhenManyHostsAndPrioritiesDrain() {
+        var scheduler = Scheduler.StateMachine(maximumConcurrent: 16, maximumPerHost: 6)
+        var running: [TransferID] = []
+        var hostOf: [TransferID: String] = [:]
+        for index in 0..<3_000 {
+            let id = TransferID("t\(index)")
+            hostOf[id] = "h\(index % 100)"
+            running += scheduler.enqueue(id, host: hostOf[id]!, priority: index % 3)
+        }
+        var started = Set(running)
+        while !running.isEmpty {
+            let next = scheduler.runningEnded(running.removeFirst())
+            for id in next { #expect(started.insert(id).inserted) }
+            running += next
+            #expect(running.count <= 16)
+            let perHost = Dictionary(grouping: running, by: { hostOf[$0]! }).values.map(\.count)
+            #expect(perHost.allSatisfy { $0 <= 6 })
+        }
+        #expect(started.count == 3_000)
+        #expect(scheduler.waitingCount == 0)
+        #expect(scheduler.trackedHostCount == 0)
+    }
+
     @Test func choosesAmongAHundredThousandWaitingWithoutScanningThem() {
         var scheduler = Scheduler.StateMachine(maximumConcurrent: 4, maximumPerHost: 4)
         for index in 0..<100_000 { _ = scheduler.enqueue(TransferID("t\(index)"), host: "h\(index % 3)") }

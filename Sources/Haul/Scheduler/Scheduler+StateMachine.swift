@@ -27,19 +27,40 @@ extension Scheduler {
             }
         }
 
+        /// A host's queue and counts. Hosts are numbered while they have something queued, running or held, so that
+        /// choosing the next start reads arrays rather than hashing host names (about five hashes a start).
+        private struct Host: Sendable {
+            var name: String
+            var queue = Heap<Entry>()
+            /// Running transfers that hold a slot (not those that left the network).
+            var running = 0
+            /// Holds asked for by `Retry-After`.
+            var holds = 0
+            /// Where the host is in ``hostsWithQueue`` while its queue is not empty.
+            var queuePosition: Int?
+            /// False once forgotten, until the number is given to a host again.
+            var isTracked = true
+
+            init(name: String) { self.name = name }
+        }
+
         /// How many transfers run at once, over all hosts.
         private(set) var maximumConcurrent: Int
         /// How many transfers run at once against one host.
         private(set) var maximumPerHost: Int
-        private var queues: [String: Heap<Entry>] = [:]
-        private var waiting: [TransferID: (host: String, priority: Int, sequence: Int)] = [:]
-        private var runningPerHost: [String: Int] = [:]
-        private var running: [TransferID: String] = [:]
+        private var hostNumbers: [String: Int] = [:]
+        private var hosts: [Host] = []
+        /// Numbers in ``hosts`` that are free to reuse: their host had nothing queued, running or held.
+        private var freeHostNumbers: [Int] = []
+        /// The hosts whose queues are not empty (some entries may be stale), in no particular order.
+        private var hostsWithQueue: [Int] = []
+        private var waiting: [TransferID: (host: Int, priority: Int, sequence: Int)] = [:]
+        /// Running transfers and their hosts' numbers; those that left the network no longer use theirs (their host
+        /// may have been forgotten and its number reused).
+        private var running: [TransferID: Int] = [:]
         /// Running transfers that no longer use the network (their body has arrived; they are publishing their
         /// file): they hold no slot, global or per host.
         private var offNetwork: Set<TransferID> = []
-        /// Hosts that asked us to wait (`Retry-After`), with how many holds are on each.
-        private var holds: [String: Int] = [:]
         private var nextSequence = 0
 
         package init(maximumConcurrent: Int, maximumPerHost: Int) {
@@ -62,8 +83,9 @@ extension Scheduler {
             precondition(self.waiting[id] == nil && self.running[id] == nil, "\(id) is queued twice")
             let sequence = self.nextSequence
             self.nextSequence += 1
-            self.waiting[id] = (host, priority, sequence)
-            self.queues[host, default: []].insert(Entry(id: id, priority: priority, sequence: sequence))
+            let number = self.number(of: host)
+            self.waiting[id] = (number, priority, sequence)
+            self.insert(Entry(id: id, priority: priority, sequence: sequence), into: number)
             return self.startable()
         }
 
@@ -72,7 +94,7 @@ extension Scheduler {
         mutating func setPriority(_ priority: Int, of id: TransferID) {
             guard let entry = self.waiting[id], entry.priority != priority else { return }
             self.waiting[id] = (entry.host, priority, entry.sequence)
-            self.queues[entry.host, default: []].insert(Entry(id: id, priority: priority, sequence: entry.sequence))
+            self.insert(Entry(id: id, priority: priority, sequence: entry.sequence), into: entry.host)
         }
 
         /// The waiting transfers in the order they would start if every host had room (for tests and listings).
@@ -106,56 +128,111 @@ extension Scheduler {
             return self.startable()
         }
 
-        private mutating func freeSlot(of host: String) {
-            self.runningPerHost[host, default: 1] -= 1
-            if self.runningPerHost[host] == 0 { self.runningPerHost[host] = nil }
+        private mutating func freeSlot(of host: Int) {
+            self.hosts[host].running -= 1
+            self.forgetIfIdle(host)
         }
 
         /// A host asked us to wait: nothing new starts against it until the hold is released.
         mutating func hold(_ host: String) {
-            self.holds[host, default: 0] += 1
+            self.hosts[self.number(of: host)].holds += 1
         }
 
         /// A hold on a host has passed; returns the transfers to start now.
         mutating func release(_ host: String) -> [TransferID] {
-            guard let count = self.holds[host] else { return [] }
-            self.holds[host] = count > 1 ? count - 1 : nil
+            guard let number = self.hostNumbers[host], self.hosts[number].holds > 0 else { return [] }
+            self.hosts[number].holds -= 1
+            self.forgetIfIdle(number)
             return self.startable()
         }
+
+        /// The number of the hosts this scheduler keeps track of: those with something queued, running or held.
+        var trackedHostCount: Int { self.hostNumbers.count }
 
         /// Moves waiting transfers to running while the limits allow, by priority then age among hosts with room.
         private mutating func startable() -> [TransferID] {
             var started: [TransferID] = []
             while self.slotsInUse < self.maximumConcurrent {
-                var best: (host: String, entry: Entry)?
-                for host in Array(self.queues.keys) {
-                    guard self.runningPerHost[host, default: 0] < self.maximumPerHost, self.holds[host] == nil else {
+                var best: (host: Int, entry: Entry)?
+                var position = 0
+                while position < self.hostsWithQueue.count {
+                    let host = self.hostsWithQueue[position]
+                    guard self.hosts[host].running < self.maximumPerHost, self.hosts[host].holds == 0 else {
+                        position += 1
                         continue
                     }
+                    // A queue left with only stale entries leaves the list: the next host is now at `position`.
                     guard let head = self.liveHead(of: host) else { continue }
                     if best == nil || head < best!.entry { best = (host, head) }
+                    position += 1
                 }
                 guard let (host, entry) = best else { break }
-                self.queues[host]!.removeMin()
-                if self.queues[host]!.isEmpty { self.queues[host] = nil }
+                self.hosts[host].queue.removeMin()
+                if self.hosts[host].queue.isEmpty { self.removeFromHostsWithQueue(host) }
                 self.waiting[entry.id] = nil
                 self.running[entry.id] = host
-                self.runningPerHost[host, default: 0] += 1
+                self.hosts[host].running += 1
                 started.append(entry.id)
             }
             return started
         }
 
-        /// The first entry of a host's queue that is still waiting, dropping stale ones; removes empty queues.
-        private mutating func liveHead(of host: String) -> Entry? {
-            while let head = self.queues[host]?.min {
+        /// The first entry of a host's queue that is still waiting, dropping stale ones; a queue left empty leaves
+        /// ``hostsWithQueue``, and a host left idle is forgotten.
+        private mutating func liveHead(of host: Int) -> Entry? {
+            while let head = self.hosts[host].queue.min {
                 if let live = self.waiting[head.id], live.sequence == head.sequence, live.priority == head.priority {
                     return head
                 }
-                self.queues[host]!.removeMin()
+                self.hosts[host].queue.removeMin()
             }
-            self.queues[host] = nil
+            self.removeFromHostsWithQueue(host)
+            self.forgetIfIdle(host)
             return nil
+        }
+
+        /// The number of a host, given to it now if it has none.
+        private mutating func number(of name: String) -> Int {
+            if let number = self.hostNumbers[name] { return number }
+            let number: Int
+            if let free = self.freeHostNumbers.popLast() {
+                number = free
+                self.hosts[number] = Host(name: name)
+            } else {
+                number = self.hosts.count
+                self.hosts.append(Host(name: name))
+            }
+            self.hostNumbers[name] = number
+            return number
+        }
+
+        private mutating func insert(_ entry: Entry, into host: Int) {
+            self.hosts[host].queue.insert(entry)
+            if self.hosts[host].queuePosition == nil {
+                self.hosts[host].queuePosition = self.hostsWithQueue.count
+                self.hostsWithQueue.append(host)
+            }
+        }
+
+        private mutating func removeFromHostsWithQueue(_ host: Int) {
+            guard let position = self.hosts[host].queuePosition else { return }
+            let last = self.hostsWithQueue.removeLast()
+            if last != host {
+                self.hostsWithQueue[position] = last
+                self.hosts[last].queuePosition = position
+            }
+            self.hosts[host].queuePosition = nil
+        }
+
+        /// Forgets a host with nothing queued, running or held, so that the scheduler's memory follows the hosts in
+        /// use, not every host ever seen.
+        private mutating func forgetIfIdle(_ host: Int) {
+            let state = self.hosts[host]
+            guard state.isTracked, state.queuePosition == nil, state.running == 0, state.holds == 0 else { return }
+            self.hostNumbers[state.name] = nil
+            self.hosts[host] = Host(name: "")
+            self.hosts[host].isTracked = false
+            self.freeHostNumbers.append(host)
         }
     }
 }
