@@ -170,8 +170,13 @@ extension TransferManager {
         /// Stop signals to fire once the lock is released: firing one wakes its attempt's waiter, which cancels the
         /// attempt; none of that needs the lock.
         var stopSignals: [StopSignal] = []
+        /// Transfers the scheduler started, each to run in a task of its own once the lock is released.
+        var starts: [(id: TransferID, signal: StopSignal)] = []
+        /// The manager's run loop, resumed once the manager has shut down and its last transfer task has ended.
+        var endedWaiter: CheckedContinuation<Void, Never>?
 
         func perform() {
+            self.endedWaiter?.resume()
             for signal in self.stopSignals { signal.fire() }
             for stream in self.finishedStreams { stream.finish() }
             for file in self.removedFiles { PartialFile.remove(file) }
@@ -185,7 +190,12 @@ extension TransferManager {
     /// under the lock and keeps events in order). Finishing a stream and removing files happen after the lock.
     struct Core: Sendable {
         let configuration: Configuration
-        let starts: AsyncStream<TransferID>.Continuation
+        /// Transfers started since the lock was taken: ``TransferManager/withCore(_:)`` hands them to its aftermath.
+        var pendingStarts: [(id: TransferID, signal: StopSignal)] = []
+        /// Transfer tasks started and not yet ended; the manager's run loop ends when it is 0 after the shutdown.
+        var transferTasks = 0
+        /// The run loop, waiting for the last transfer task once the manager has shut down.
+        var endedWaiter: CheckedContinuation<Void, Never>?
         /// Where changes are recorded, when the manager has a store.
         let store: StoreWriter?
         /// The bandwidth limit over all transfers.
@@ -216,12 +226,10 @@ extension TransferManager {
 
         init(
             configuration: Configuration,
-            starts: AsyncStream<TransferID>.Continuation,
             deliveries: AsyncStream<ObserverMailbox>.Continuation,
             store: StoreWriter?
         ) {
             self.configuration = configuration
-            self.starts = starts
             self.deliveries = deliveries
             self.store = store
             self.bandwidth = BandwidthLimiter(bytesPerSecond: configuration.bandwidthLimit)
@@ -422,7 +430,7 @@ extension TransferManager {
 
         // MARK: Running
 
-        /// Marks transfers the scheduler chose as running and hands them to the run loop; tells the activity
+        /// Marks transfers the scheduler chose as running, each to run in a task of its own; tells the activity
         /// subscribers when the running count changed (every change of it passes through here).
         private mutating func start(_ ids: [TransferID]) {
             defer {
@@ -433,15 +441,30 @@ extension TransferManager {
                 }
             }
             for id in ids {
+                let signal = StopSignal()
                 let receivedBytes = self.withTransfer(id) { record in
                     record.machine.started()
-                    record.stopSignal = StopSignal()
+                    record.stopSignal = signal
                     record.bandwidth = BandwidthLimiter(bytesPerSecond: record.request.bandwidthLimit)
                     return record.receivedBytes
                 }
                 self.progressCells[id] = ProgressCell(receivedBytes!)
-                self.starts.yield(id)
+                self.pendingStarts.append((id, signal))
+                self.transferTasks += 1
             }
+        }
+
+        /// A transfer's task has ended (its attempt and any wait for a retry are over).
+        mutating func transferTaskEnded(aftermath: inout Aftermath) {
+            self.transferTasks -= 1
+            self.resumeRunLoopIfEnded(aftermath: &aftermath)
+        }
+
+        /// Resumes the run loop once the manager has shut down and no transfer task is left.
+        mutating func resumeRunLoopIfEnded(aftermath: inout Aftermath) {
+            guard self.isShutDown, self.transferTasks == 0, let waiter = self.endedWaiter else { return }
+            self.endedWaiter = nil
+            aftermath.endedWaiter = waiter
         }
 
         /// A running transfer's body has arrived: its slots go to the next transfers while it publishes its file.
@@ -621,7 +644,9 @@ extension TransferManager {
         /// Stops everything for good: the manager's scope is ending. With a store, transfers are stopped and keep
         /// their partial files (a later manager resumes them); without one, they are cancelled.
         mutating func shutDown(aftermath: inout Aftermath) {
+            guard !self.isShutDown else { return }
             self.isShutDown = true
+            defer { self.resumeRunLoopIfEnded(aftermath: &aftermath) }
             if self.store != nil {
                 self.stopAll(aftermath: &aftermath)
             } else {

@@ -123,6 +123,36 @@ struct TransferControlTests {
         }
     }
 
+    @Test func cancellingTheScopesTaskStopsItsTransfersAndEndsTheScope() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/big": Self.slowResource()]) { server in
+            try await withTemporaryDirectory { folder in
+                let (started, startedContinuation) = AsyncStream<Void>.makeStream()
+                let scope = Task {
+                    try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                        let batch = try manager.enqueue(TransferRequest(url: server.url("/big"), into: folder))
+                        _ = await batch.firstEvent { event in
+                            if case .transfer(let e) = event, case .progressed(let p) = e.kind {
+                                return p.receivedBytes > 0
+                            }
+                            return false
+                        }
+                        startedContinuation.yield()
+                        // Not cancellable itself: the scope's cancellation must end the batch for it to return.
+                        return await batch.report()
+                    }
+                }
+                for await _ in started { break }
+                let stopped = ContinuousClock.now
+                scope.cancel()
+                let report = try await scope.value
+                #expect(ContinuousClock.now - stopped < .seconds(30))
+                #expect(report.cancelled.count == 1)
+                // Without a store, stopping cancels: the partial file goes too.
+                #expect(names(in: folder).isEmpty)
+            }
+        }
+    }
+
     @Test func theSameURLToTheSameFolderJoinsTheRunningTransfer() async throws {
         let paced = FaultInjectingServer.Resource(body: Self.slowBody, chunkSize: 10_000, chunkDelay: .milliseconds(5))
         try await FaultInjectingServer.withServer(resources: ["/big": paced]) { server in

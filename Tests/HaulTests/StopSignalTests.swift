@@ -28,53 +28,31 @@ struct StopSignalTests {
         #expect(ContinuousClock.now - started >= .milliseconds(20))
     }
 
-    @Test func firingTheSignalCancelsTheOperationItRunsAndItsResultIsStillReturned() async {
+    @Test func firingTheSignalCancelsTheTaskGivenToIt() async {
         let signal = StopSignal()
         let started = ContinuousClock.now
-        Task {
-            try? await Task.sleep(for: .milliseconds(20))
-            signal.fire()
-        }
-        let outcome = await signal.run { () async -> String in
-            do {
-                try await Task.sleep(for: .seconds(60))
-                return "slept"
-            } catch {
-                return "cancelled"
-            }
-        }
-        #expect(outcome == "cancelled")
+        let task = Task { _ = try? await Task.sleep(for: .seconds(60)) }
+        signal.cancelOnFire(task)
+        signal.fire()
+        await task.value
+        #expect(task.isCancelled)
         #expect(ContinuousClock.now - started < .seconds(30))
     }
 
-    @Test func anOperationRunAfterTheSignalFiredIsCancelledFromTheStart() async {
+    @Test func aTaskGivenToASignalThatFiredAlreadyIsCancelledAtOnce() async {
         let signal = StopSignal()
         signal.fire()
-        let sawCancellation = await signal.run { Task.isCancelled }
-        #expect(sawCancellation)
+        let task = Task { _ = try? await Task.sleep(for: .seconds(60)) }
+        signal.cancelOnFire(task)
+        await task.value
+        #expect(task.isCancelled)
     }
 
-    @Test func anOperationTheSignalNeverStopsRunsToItsEnd() async {
+    @Test func aTaskIsNotCancelledWhileTheSignalHasNotFired() async {
         let signal = StopSignal()
-        let outcome = await signal.run { () async -> Bool in
-            try? await Task.sleep(for: .milliseconds(20))
-            return Task.isCancelled
-        }
-        #expect(outcome == false)
-        // Firing after the operation ended reaches nothing.
-        signal.fire()
-    }
-
-    @Test func cancellingTheCallingTaskCancelsTheOperation() async {
-        let signal = StopSignal()
-        let caller = Task {
-            await signal.run { () async -> Bool in
-                (try? await Task.sleep(for: .seconds(60))) == nil
-            }
-        }
-        try? await Task.sleep(for: .milliseconds(20))
-        caller.cancel()
-        let operationWasCancelled = await caller.value
-        #expect(operationWasCancelled)
+        let task = Task { _ = try? await Task.sleep(for: .milliseconds(20)) }
+        signal.cancelOnFire(task)
+        await task.value
+        #expect(!task.isCancelled)
     }
 }

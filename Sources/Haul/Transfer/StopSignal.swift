@@ -2,13 +2,13 @@ import NIOConcurrencyHelpers
 
 /// A one-shot signal that asks a running attempt (or a wait before a retry) to stop.
 ///
-/// The attempt runs through ``run(_:)``, in a task the signal cancels when it fires; a wait uses ``wait(upTo:)``.
+/// The attempt runs in a task the signal cancels when it fires (``cancelOnFire(_:)``); a wait uses ``wait(upTo:)``.
 final class StopSignal: Sendable {
     private struct State {
         var isFired = false
         /// The task waiting in ``wait()``.
         var waiter: CheckedContinuation<Void, Never>?
-        /// Cancels the operation running in ``run(_:)``.
+        /// Cancels the task given to ``cancelOnFire(_:)``.
         var cancelsOperation: (@Sendable () -> Void)?
     }
     private let state = NIOLockedValueBox(State())
@@ -23,25 +23,13 @@ final class StopSignal: Sendable {
         cancelsOperation?()
     }
 
-    /// Runs `operation` in a task of its own, cancelled when the signal fires (at once if it has fired already) or
-    /// when the calling task is cancelled, and returns its result.
-    ///
-    /// One task per attempt: waiting for the signal in a second child task beside the operation cost a task, a
-    /// group and a cancellation per file (about 3 % of the CPU on 2,000 small files).
-    func run<T: Sendable>(_ operation: @escaping @Sendable () async -> T) async -> T {
-        let task = Task { await operation() }
+    /// Cancels `task` when the signal fires, or at once if it has fired already: the task running the attempt.
+    func cancelOnFire(_ task: Task<Void, Never>) {
         let firedAlready = self.state.withLockedValue { state in
             if !state.isFired { state.cancelsOperation = { task.cancel() } }
             return state.isFired
         }
         if firedAlready { task.cancel() }
-        let result = await withTaskCancellationHandler {
-            await task.value
-        } onCancel: {
-            task.cancel()
-        }
-        self.state.withLockedValue { $0.cancelsOperation = nil }
-        return result
     }
 
     /// Returns when the signal fires or the calling task is cancelled (which does not fire it: the signal can be
