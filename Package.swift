@@ -84,11 +84,12 @@ let package = Package(
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
         // The floor under `haul get`: AsyncHTTPClient alone on a list of URLs, as Haul configures it, with and without
-        // writing the files (see Benchmarks/HTTPFloor/main.swift and docs/benchmarks.md). Not part of `swift test`.
+        // writing the files (see Benchmarks/Tools/HTTPFloor/main.swift and docs/benchmarks.md). Not part of `swift test`;
+        // not directly under Benchmarks/, where the benchmark plugin runs every executable as a benchmark suite.
         .executableTarget(
             name: "haul-http-floor",
             dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client")] + nioOnEventLoops,
-            path: "Benchmarks/HTTPFloor"
+            path: "Benchmarks/Tools/HTTPFloor"
         ),
         .testTarget(
             name: "HaulTests",

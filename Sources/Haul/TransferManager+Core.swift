@@ -172,7 +172,8 @@ extension TransferManager {
         var stopSignals: [StopSignal] = []
         /// Transfers the scheduler started, each to run in a task of its own once the lock is released.
         var starts: [(id: TransferID, signal: StopSignal)] = []
-        /// The manager's run loop, resumed once the manager has shut down and its last transfer task has ended.
+        /// The manager's ``TransferManager/waitForTransfersToEnd()``, resumed once the manager has shut down and its
+        /// last transfer task has ended.
         var endedWaiter: CheckedContinuation<Void, Never>?
 
         func perform() {
@@ -192,9 +193,9 @@ extension TransferManager {
         let configuration: Configuration
         /// Transfers started since the lock was taken: ``TransferManager/withCore(_:)`` hands them to its aftermath.
         var pendingStarts: [(id: TransferID, signal: StopSignal)] = []
-        /// Transfer tasks started and not yet ended; the manager's run loop ends when it is 0 after the shutdown.
+        /// Transfer tasks started and not yet ended; the manager's scope ends when it is 0 after the shutdown.
         var transferTasks = 0
-        /// The run loop, waiting for the last transfer task once the manager has shut down.
+        /// The scope's wait for the last transfer task once the manager has shut down.
         var endedWaiter: CheckedContinuation<Void, Never>?
         /// Where changes are recorded, when the manager has a store.
         let store: StoreWriter?
@@ -457,11 +458,11 @@ extension TransferManager {
         /// A transfer's task has ended (its attempt and any wait for a retry are over).
         mutating func transferTaskEnded(aftermath: inout Aftermath) {
             self.transferTasks -= 1
-            self.resumeRunLoopIfEnded(aftermath: &aftermath)
+            self.endWaitIfTransfersEnded(aftermath: &aftermath)
         }
 
-        /// Resumes the run loop once the manager has shut down and no transfer task is left.
-        mutating func resumeRunLoopIfEnded(aftermath: inout Aftermath) {
+        /// Ends the scope's wait once the manager has shut down and no transfer task is left.
+        mutating func endWaitIfTransfersEnded(aftermath: inout Aftermath) {
             guard self.isShutDown, self.transferTasks == 0, let waiter = self.endedWaiter else { return }
             self.endedWaiter = nil
             aftermath.endedWaiter = waiter
@@ -646,7 +647,7 @@ extension TransferManager {
         mutating func shutDown(aftermath: inout Aftermath) {
             guard !self.isShutDown else { return }
             self.isShutDown = true
-            defer { self.resumeRunLoopIfEnded(aftermath: &aftermath) }
+            defer { self.endWaitIfTransfersEnded(aftermath: &aftermath) }
             if self.store != nil {
                 self.stopAll(aftermath: &aftermath)
             } else {

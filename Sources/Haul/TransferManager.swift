@@ -62,7 +62,7 @@ public final class TransferManager: Sendable {
         do {
             result = try await withThrowingTaskGroup(of: Void.self, returning: Swift.Result<Result, any Error>.self) {
                 group in
-                group.addTask { await manager.run() }
+                group.addTask { await manager.waitForTransfersToEnd() }
                 group.addTask { await manager.deliverObservedEvents(manager.deliveries) }
                 group.addTask { await manager.sampleProgress() }
                 let outcome: Swift.Result<Result, any Error>
@@ -86,12 +86,12 @@ public final class TransferManager: Sendable {
 
     /// Waits until the manager has shut down and its last transfer task has ended, then ends the event streams.
     /// Cancelling the scope's task shuts the manager down (its transfers stop as when the scope ends).
-    private func run() async {
+    private func waitForTransfersToEnd() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 self.withCore { core, aftermath in
                     core.endedWaiter = continuation
-                    core.resumeRunLoopIfEnded(aftermath: &aftermath)
+                    core.endWaitIfTransfersEnded(aftermath: &aftermath)
                 }
             }
         } onCancel: {
@@ -127,10 +127,10 @@ public final class TransferManager: Sendable {
 
     /// Runs a transfer the scheduler started in a task of its own, which its stop signal cancels.
     ///
-    /// A task per transfer, made as the scheduler starts it: handing each start to a run loop through a stream (a
-    /// wake-up under the lock, then a child task) and waiting for the stop signal in a second task beside the attempt
-    /// cost about 10 % of the CPU on 2,000 small files. The task runs at the priority, and with the tracing context,
-    /// of the manager's scope; the scope waits for it (see ``run()``).
+    /// A task per transfer, made as the scheduler starts it. Handing each start through a stream to a loop that made
+    /// a child task (a wake-up under the lock, then the task), and waiting for the stop signal in a second task beside
+    /// the attempt, cost about 10 % of the CPU on 2,000 small files. The task runs at the priority, and with the
+    /// tracing context, of the manager's scope; the scope waits for it (``waitForTransfersToEnd()``).
     private func spawnTransfer(_ id: TransferID, signal: StopSignal) {
         let context = self.scopeContext
         let task = Task.detached(priority: self.scopePriority) {
@@ -139,17 +139,28 @@ public final class TransferManager: Sendable {
             } else {
                 await self.runTransfer(id)
             }
-            self.withCore { $0.transferTaskEnded(aftermath: &$1) }
         }
         signal.cancelOnFire(task)
     }
 
+    /// Runs a transfer's attempt and any wait for a retry; its last change under the lock also counts its task out.
     private func runTransfer(_ id: TransferID) async {
-        guard let (plan, _) = self.core.withLockedValue({ $0.plan(for: id) }) else { return }
+        guard let (plan, _) = self.core.withLockedValue({ $0.plan(for: id) }) else {
+            self.withCore { $0.transferTaskEnded(aftermath: &$1) }
+            return
+        }
         let outcome = await self.claimAndRun(plan)
-        guard let wait = self.withCore({ $0.attemptEnded(id, outcome: outcome, aftermath: &$1) }) else { return }
+        let retryWait = self.withCore { core, aftermath in
+            let wait = core.attemptEnded(id, outcome: outcome, aftermath: &aftermath)
+            if wait == nil { core.transferTaskEnded(aftermath: &aftermath) }
+            return wait
+        }
+        guard let wait = retryWait else { return }
         await wait.signal.wait(upTo: wait.delay)
-        self.withCore { $0.retryWaitEnded(id, wait, aftermath: &$1) }
+        self.withCore { core, aftermath in
+            core.retryWaitEnded(id, wait, aftermath: &aftermath)
+            core.transferTaskEnded(aftermath: &aftermath)
+        }
     }
 
     /// With a store, claims the transfer's lease first (another process may hold it, or have completed the file);
