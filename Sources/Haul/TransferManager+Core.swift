@@ -167,8 +167,8 @@ extension TransferManager {
     struct Aftermath: Sendable {
         var finishedStreams: [AsyncStream<BatchEvent>.Continuation] = []
         var removedFiles: [String] = []
-        /// Stop signals to fire once the lock is released: firing one wakes its attempt's waiter, which cancels the
-        /// attempt; none of that needs the lock.
+        /// Stop signals to fire once the lock is released: firing one cancels its attempt's task (or ends a wait
+        /// before a retry); none of that needs the lock.
         var stopSignals: [StopSignal] = []
         /// Transfers the scheduler started, each to run in a task of its own once the lock is released.
         var starts: [(id: TransferID, signal: StopSignal)] = []
@@ -191,8 +191,6 @@ extension TransferManager {
     /// under the lock and keeps events in order). Finishing a stream and removing files happen after the lock.
     struct Core: Sendable {
         let configuration: Configuration
-        /// Transfers started since the lock was taken: ``TransferManager/withCore(_:)`` hands them to its aftermath.
-        var pendingStarts: [(id: TransferID, signal: StopSignal)] = []
         /// Transfer tasks started and not yet ended; the manager's scope ends when it is 0 after the shutdown.
         var transferTasks = 0
         /// The scope's wait for the last transfer task once the manager has shut down.
@@ -351,7 +349,10 @@ extension TransferManager {
                 }
             }
             self.emit(request.id, .queued)
-            self.start(self.scheduler.enqueue(request.id, host: host, priority: request.priority))
+            self.start(
+                self.scheduler.enqueue(request.id, host: host, priority: request.priority),
+                aftermath: &aftermath
+            )
         }
 
         /// Fails the item at `index`: its identifier already names a transfer of another URL or destination.
@@ -431,9 +432,10 @@ extension TransferManager {
 
         // MARK: Running
 
-        /// Marks transfers the scheduler chose as running, each to run in a task of its own; tells the activity
-        /// subscribers when the running count changed (every change of it passes through here).
-        private mutating func start(_ ids: [TransferID]) {
+        /// Marks transfers the scheduler chose as running, each to run in a task of its own made once the lock is
+        /// released (``Aftermath/starts``); tells the activity subscribers when the running count changed (every
+        /// change of it passes through here).
+        private mutating func start(_ ids: [TransferID], aftermath: inout Aftermath) {
             defer {
                 let running = self.scheduler.slotsInUse
                 if running != self.reportedRunningCount {
@@ -450,7 +452,7 @@ extension TransferManager {
                     return record.receivedBytes
                 }
                 self.progressCells[id] = ProgressCell(receivedBytes!)
-                self.pendingStarts.append((id, signal))
+                aftermath.starts.append((id, signal))
                 self.transferTasks += 1
             }
         }
@@ -469,17 +471,17 @@ extension TransferManager {
         }
 
         /// A running transfer's body has arrived: its slots go to the next transfers while it publishes its file.
-        mutating func leftNetwork(_ id: TransferID) {
-            self.start(self.scheduler.leftNetwork(id))
+        mutating func leftNetwork(_ id: TransferID, aftermath: inout Aftermath) {
+            self.start(self.scheduler.leftNetwork(id), aftermath: &aftermath)
         }
 
-        /// The plan for the attempt of a transfer the scheduler started.
-        mutating func plan(for id: TransferID) -> (Download.Plan, StopSignal)? {
+        /// The plan for the attempt of a transfer the scheduler started (nil if it is no longer running).
+        mutating func plan(for id: TransferID) -> Download.Plan? {
             guard let folder = self.withTransfer(id, { $0.folder }) else { return nil }
             let folderPath = self.folderPaths.path(of: folder, Download.folderPath(of:))
             let (configuration, bandwidth, progressCell) = (self.configuration, self.bandwidth, self.progressCells[id])
             // Through the in-place accessor: the record's fields are read where they are, not copied out whole.
-            return self.withTransfer(id) { record -> (Download.Plan, StopSignal)? in
+            return self.withTransfer(id) { record -> Download.Plan? in
                 Self.plan(
                     for: id,
                     record: record,
@@ -498,13 +500,13 @@ extension TransferManager {
             configuration: Configuration,
             bandwidth: BandwidthLimiter,
             progressCell: ProgressCell?
-        ) -> (Download.Plan, StopSignal)? {
-            guard let signal = record.stopSignal else { return nil }
+        ) -> Download.Plan? {
+            guard record.stopSignal != nil else { return nil }
             var headers = record.request.headers
             if !headers.contains(where: { $0.name.lowercased() == "user-agent" }) {
                 headers.append(("User-Agent", configuration.userAgent))
             }
-            let plan = Download.Plan(
+            return Download.Plan(
                 id: id,
                 operation: record.request.operation,
                 url: record.request.url,
@@ -528,7 +530,6 @@ extension TransferManager {
                 hooks: configuration.hooks,
                 attempt: record.machine.attempts
             )
-            return (plan, signal)
         }
 
         /// A running attempt ended; returns the wait the driver must do before ``retryWaitEnded(_:_:aftermath:)``
@@ -571,7 +572,7 @@ extension TransferManager {
                 // Retry-After speaks for the whole host: hold it before the freed slot goes to another transfer.
                 if error.retryAfter != nil { self.scheduler.hold(host) }
                 self.emit(id, .retrying(attempt: attempts, delay: delay, error: error))
-                self.start(self.scheduler.runningEnded(id))
+                self.start(self.scheduler.runningEnded(id), aftermath: &aftermath)
                 return RetryWait(delay: delay, signal: signal, heldHost: error.retryAfter != nil ? host : nil)
             }
             let nextStarts = self.scheduler.runningEnded(id)
@@ -583,13 +584,13 @@ extension TransferManager {
                 case .stopped: .cancelled
                 }
             self.apply(action, to: id, result: result, at: now, aftermath: &aftermath)
-            self.start(nextStarts)
+            self.start(nextStarts, aftermath: &aftermath)
             return nil
         }
 
         /// The wait before a retry ended (its delay passed, or a pause or cancel cut it short).
         mutating func retryWaitEnded(_ id: TransferID, _ wait: RetryWait, aftermath: inout Aftermath) {
-            if let host = wait.heldHost { self.start(self.scheduler.release(host)) }
+            if let host = wait.heldHost { self.start(self.scheduler.release(host), aftermath: &aftermath) }
             guard self.transfers[id] != nil else { return }
             let action = self.transfers[id]!.machine.retryDue()
             self.apply(action, to: id, result: nil, at: .now, aftermath: &aftermath)
@@ -691,7 +692,8 @@ extension TransferManager {
                         id,
                         host: self.transfers[id]!.host,
                         priority: self.transfers[id]!.request.priority
-                    )
+                    ),
+                    aftermath: &aftermath
                 )
             case .stopAttempt:
                 if let signal = self.transfers[id]!.stopSignal { aftermath.stopSignals.append(signal) }
@@ -703,7 +705,8 @@ extension TransferManager {
                         id,
                         host: self.transfers[id]!.host,
                         priority: self.transfers[id]!.request.priority
-                    )
+                    ),
+                    aftermath: &aftermath
                 )
             case .scheduleRetry:
                 preconditionFailure("A retry is scheduled only when an attempt ends")

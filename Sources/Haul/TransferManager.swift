@@ -145,7 +145,7 @@ public final class TransferManager: Sendable {
 
     /// Runs a transfer's attempt and any wait for a retry; its last change under the lock also counts its task out.
     private func runTransfer(_ id: TransferID) async {
-        guard let (plan, _) = self.core.withLockedValue({ $0.plan(for: id) }) else {
+        guard let plan = self.core.withLockedValue({ $0.plan(for: id) }) else {
             self.withCore { $0.transferTaskEnded(aftermath: &$1) }
             return
         }
@@ -197,16 +197,14 @@ public final class TransferManager: Sendable {
     func withCore<T, E: Error>(_ body: (inout Core, inout Aftermath) throws(E) -> T) throws(E) -> T {
         let (result, aftermath) = self.core.withLockedValue { core -> (Result<T, E>, Aftermath) in
             var aftermath = Aftermath()
-            let result: Result<T, E>
             do throws(E) {
-                result = .success(try body(&core, &aftermath))
+                return (.success(try body(&core, &aftermath)), aftermath)
             } catch {
-                result = .failure(error)
+                return (.failure(error), aftermath)
             }
-            if !core.pendingStarts.isEmpty { swap(&aftermath.starts, &core.pendingStarts) }
-            return (result, aftermath)
         }
         aftermath.perform()
+        // The transfers it started, each in a task of its own.
         for start in aftermath.starts { self.spawnTransfer(start.id, signal: start.signal) }
         return try result.get()
     }
@@ -473,7 +471,7 @@ extension TransferManager: Download.Observer {
     }
 
     func leftNetwork(_ id: TransferID) {
-        self.withCore { core, _ in core.leftNetwork(id) }
+        self.withCore { $0.leftNetwork(id, aftermath: &$1) }
     }
 
     func willPublish(
