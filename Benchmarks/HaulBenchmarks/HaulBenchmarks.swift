@@ -5,6 +5,8 @@ import NIOCore
 
 /// The hot paths of a batch, each measured alone: what a manager does per transfer or per chunk.
 let benchmarks: @Sendable () -> Void = {
+    // As `haul` does: the store's benchmarks measure what the command pays.
+    TransferStore.disableMemoryStatistics()
     Benchmark.defaultConfiguration = .init(
         metrics: [.wallClock, .cpuTotal, .mallocCountTotal, .peakMemoryResident],
         warmupIterations: 1,

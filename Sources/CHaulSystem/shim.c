@@ -34,3 +34,7 @@ int haul_terminal_width(int fd) {
 int haul_sqlite_keep_wal_on_close(struct sqlite3 *db) {
     return sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
 }
+
+int haul_sqlite_disable_memory_statistics(void) {
+    return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}

@@ -41,6 +41,8 @@ struct StateOptions: ParsableArguments {
     /// Opens the store, or says why it cannot be opened (exit 64 is not right for a broken disk, so it is 1).
     func openStore() throws -> TransferStore? {
         guard let path = self.resolvedPath else { return nil }
+        // The command owns its process: nothing else here reads SQLite's memory statistics.
+        TransferStore.disableMemoryStatistics()
         do {
             return try TransferStore(path: path)
         } catch {

@@ -17,4 +17,8 @@ struct sqlite3;
 /// Returns SQLite's result code.
 int haul_sqlite_keep_wal_on_close(struct sqlite3 *db);
 
+/// Turns off SQLite's memory statistics for the process (`SQLITE_CONFIG_MEMSTATUS`; sqlite3_config is variadic).
+/// Returns SQLite's result code: SQLITE_MISUSE once SQLite has been initialized in the process.
+int haul_sqlite_disable_memory_statistics(void);
+
 #endif
