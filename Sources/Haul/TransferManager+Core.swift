@@ -914,7 +914,8 @@ extension TransferManager {
 
         /// Whether this manager knows the identifier.
         func knows(_ id: TransferID) -> Bool {
-            self.transfers[id] != nil || self.finished[id] != nil
+            // By index: `transfers[id] != nil` would copy the record out.
+            self.transfers.index(forKey: id) != nil || self.finished.index(forKey: id) != nil
         }
 
         /// Gives a transfer its result in one batch, and ends the batch when that was its last transfer.

@@ -498,6 +498,35 @@ struct TransferStoreTests {
         #expect(try store.row("last")?.finalPath == "/tmp/x/last")
     }
 
+    @Test func aPublishingRecordWithNoOneToWaitForCutsShortAWaitUnderWayAndTakesItsRecordsAlong() async throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let writer = StoreWriter(store: store, publishingLinger: .seconds(60))
+        for (position, id) in ["early", "last"].enumerated() {
+            writer.enqueue(.insertItem(batchID: batch, position: position, row: self.row(id)))
+        }
+        writer.flush()
+        let started = ContinuousClock.now
+        let early = Task {
+            await writer.flushAndWait(
+                adding: .publishing("early", finalPath: "/tmp/x/early", size: 5, sha256: nil, modified: 1)
+            )
+        }
+        while !writer.isLingering && ContinuousClock.now - started < .seconds(10) {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(writer.isLingering, "the first record waits for others")
+        await writer.flushAndWait(
+            adding: .publishing("last", finalPath: "/tmp/x/last", size: 5, sha256: nil, modified: 1),
+            lingering: false
+        )
+        await early.value
+        #expect(ContinuousClock.now - started < .seconds(30), "neither waited for the writer's minute")
+        #expect(try store.row("early")?.finalPath == "/tmp/x/early")
+        #expect(try store.row("last")?.finalPath == "/tmp/x/last")
+        #expect(!writer.isLingering, "the wait, cut short, starts no transaction of its own when it ends")
+    }
+
     @Test func aClaimWritesTheQueueOnlyUpToItsOwnRowAndTheRestFollowsInOrder() async throws {
         let store = try TransferStore()
         let batch = try store.createBatch()

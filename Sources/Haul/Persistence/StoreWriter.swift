@@ -35,15 +35,47 @@ package final class StoreWriter: Sendable {
     private struct State: Sendable {
         /// Operations queued since the last job took them.
         var pending: [StoreOperation] = []
-        /// Jobs waiting for the running transaction to end.
+        /// Jobs waiting for the running transaction to end, or for a wait to end.
         var jobs: [Job] = []
-        /// Whether a transaction is scheduled or running.
-        var isWriting = false
+        /// What the writer is doing.
+        var phase = Phase.idle
+        /// How many waits have begun: a wait cut short must not start a transaction when its time comes.
+        var lingerCount = 0
         /// How many transactions this writer has run (for tests and benchmarks).
         var transactionCount = 0
         /// Transfers whose lease this manager took when their row was inserted, and until when it may rely on it
         /// (a margin before the lease expires); removed when something gives the lease up.
         var leasedAtInsert: [TransferID: Double] = [:]
+    }
+
+    /// What the writer is doing.
+    private enum Phase: Equatable {
+        /// Nothing queued as a job.
+        case idle
+        /// Waiting for ``linger`` (the number tells the waits apart) before a transaction, so that others share it.
+        case lingering(Int)
+        /// A transaction is running (and the jobs queued meanwhile follow in the next one).
+        case writing
+    }
+
+    /// What a submitted job starts.
+    private enum Start {
+        /// Nothing: the job goes in a transaction already running or waited for.
+        case none
+        /// A transaction, now.
+        case now
+        /// A wait (its number), then a transaction.
+        case afterLinger(Duration, number: Int)
+    }
+
+    /// When a job's transaction starts.
+    enum Timing: Sendable {
+        /// At once, unless one is running (the job goes in the next one); a wait under way is cut short.
+        case promptly
+        /// After `linger`, unless one is running or waited for already (the job shares it).
+        case afterLinger(Duration)
+        /// At once when nothing is running or waited for; otherwise the job shares that transaction.
+        case withOthers
     }
 
     package init(store: TransferStore, publishingLinger: Duration = StoreWriter.publishingLinger) {
@@ -65,6 +97,11 @@ package final class StoreWriter: Sendable {
     /// How many transactions this writer has run.
     package var transactionCount: Int { self.state.withLockedValue { $0.transactionCount } }
 
+    /// Whether jobs wait for ``linger`` to end before their transaction starts (for tests).
+    package var isLingering: Bool {
+        self.state.withLockedValue { if case .lingering = $0.phase { true } else { false } }
+    }
+
     /// Queues an operation.
     package func enqueue(_ operation: StoreOperation) {
         self.state.withLockedValue { state in
@@ -77,22 +114,25 @@ package final class StoreWriter: Sendable {
     /// thread: for the end of a manager's scope and for benchmarks, not for transfers.
     package func flush(adding last: StoreOperation? = nil) {
         let done = DispatchSemaphore(value: 0)
-        self.submit(adding: last.map { [$0] } ?? [], then: { _ in }) { _ in done.signal() }
+        self.submit(adding: last.map { [$0] } ?? [], timing: .promptly, then: { _ in }) { _ in done.signal() }
         done.wait()
     }
 
-    /// Starts writing what is queued now, in one transaction, and returns at once (the periodic flush).
+    /// Starts writing what is queued now, in one transaction, and returns at once (the periodic flush): it joins a
+    /// transaction already waited for rather than cutting the wait short.
     func flushInBackground() {
-        self.submit(adding: [], then: { _ in }) { _ in }
+        self.submit(adding: [], timing: .withOthers, then: { _ in }) { _ in }
     }
 
     /// Writes what is queued now and then `last`, in one transaction, suspending (not blocking) until it is written.
     /// When `lingering` and no transaction is under way, the transaction starts after ``linger``, so that the
-    /// records of files that finish together share it (the publishing records, one per file).
+    /// records of files that finish together share it (the publishing records, one per file). Without `lingering`
+    /// (the last files of a batch, with no one to wait for) it starts at once, cutting short a wait under way: the
+    /// records waiting there go with it.
     func flushAndWait(adding last: StoreOperation, lingering: Bool = true) async {
-        let linger = lingering ? self.linger : nil
+        let timing = lingering ? Timing.afterLinger(self.linger) : .promptly
         await withCheckedContinuation { continuation in
-            self.submit(adding: [last], lingering: linger, then: { _ in }) { _ in continuation.resume() }
+            self.submit(adding: [last], timing: timing, then: { _ in }) { _ in continuation.resume() }
         }
     }
 
@@ -107,7 +147,9 @@ package final class StoreWriter: Sendable {
         let owner = self.owner
         let store = self.store
         let result = await withCheckedContinuation { continuation in
-            self.submit(adding: [], through: id, then: { db in try store.claim(id, owner: owner, in: db) }) {
+            // Promptly: the transfer's request waits for it.
+            self.submit(adding: [], through: id, timing: .promptly, then: { try store.claim(id, owner: owner, in: $0) })
+            {
                 continuation.resume(returning: $0)
             }
         }
@@ -119,7 +161,8 @@ package final class StoreWriter: Sendable {
     ///
     /// Jobs run in the order they were submitted (taking the operations and queueing the job happen under one lock).
     /// While a transaction runs, new jobs wait and then share the next one: a group commit, so sixteen transfers
-    /// finishing at once cost one or two transactions, not sixteen.
+    /// finishing at once cost one or two transactions, not sixteen. `timing` says when the job's transaction starts
+    /// when none is running (see ``Timing``).
     ///
     /// With `through`, the job takes the queued operations only up to that transfer's insert (none when its insert
     /// has been taken already), and leaves the rest queued in order: a claim waits for its own row, not for the
@@ -127,7 +170,7 @@ package final class StoreWriter: Sendable {
     private func submit<T: Sendable>(
         adding extra: [StoreOperation],
         through id: TransferID? = nil,
-        lingering linger: Duration? = nil,
+        timing: Timing,
         then body: @escaping @Sendable (Database) throws -> T,
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
@@ -147,27 +190,45 @@ package final class StoreWriter: Sendable {
                 completion(result.withLockedValue { $0 } ?? .failure(CancellationError()))
             }
         )
-        let startsWriting = self.state.withLockedValue { state -> Bool in
+        let start = self.state.withLockedValue { state -> Start in
             var job = job
             if let id {
                 let end = state.pending.firstIndex { $0.insertedID == id }.map { $0 + 1 } ?? 0
-                job.operations = Array(state.pending[..<end]) + extra
+                job.operations = Array(state.pending[..<end])
                 state.pending.removeFirst(end)
             } else {
-                job.operations = state.pending + extra
-                state.pending = []
+                // Moved, not copied: the queued operations hold whole rows.
+                swap(&job.operations, &state.pending)
             }
+            job.operations.append(contentsOf: extra)
             state.jobs.append(job)
-            defer { state.isWriting = true }
-            return !state.isWriting
-        }
-        guard startsWriting else { return }
-        if let linger, linger > .zero {
-            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(linger.nanoseconds))) {
-                self.writeQueuedJobs()
+            switch (state.phase, timing) {
+            case (.writing, _), (.lingering, .afterLinger), (.lingering, .withOthers):
+                return .none
+            case (.idle, .afterLinger(let linger)) where linger > .zero:
+                state.lingerCount += 1
+                state.phase = .lingering(state.lingerCount)
+                return .afterLinger(linger, number: state.lingerCount)
+            case (.idle, _), (.lingering, .promptly):
+                state.phase = .writing
+                return .now
             }
-        } else {
+        }
+        switch start {
+        case .none:
+            break
+        case .now:
             self.writeQueuedJobs()
+        case .afterLinger(let linger, let number):
+            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(linger.nanoseconds))) {
+                // Unless something cut the wait short (its transaction took the jobs).
+                let isStill = self.state.withLockedValue { state in
+                    guard state.phase == .lingering(number) else { return false }
+                    state.phase = .writing
+                    return true
+                }
+                if isStill { self.writeQueuedJobs() }
+            }
         }
     }
 
@@ -218,8 +279,8 @@ package final class StoreWriter: Sendable {
             for job in jobs { job.completion() }
             let more = self.state.withLockedValue { state -> Bool in
                 state.transactionCount += 1
-                state.isWriting = !state.jobs.isEmpty
-                return state.isWriting
+                state.phase = state.jobs.isEmpty ? .idle : .writing
+                return !state.jobs.isEmpty
             }
             if more { self.writeQueuedJobs() }
         }
