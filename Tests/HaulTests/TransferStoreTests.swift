@@ -527,6 +527,12 @@ struct TransferStoreTests {
         #expect(!writer.isLingering, "the wait, cut short, starts no transaction of its own when it ends")
     }
 
+    @Test func memoryStatisticsCannotBeTurnedOffOnceSQLiteIsInUse() throws {
+        let store = try TransferStore()
+        #expect(!TransferStore.disableMemoryStatistics(), "SQLite refuses the change once it is initialized")
+        #expect(try store.batches().isEmpty, "and the store works on")
+    }
+
     @Test func aClaimWritesTheQueueOnlyUpToItsOwnRowAndTheRestFollowsInOrder() async throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
