@@ -310,6 +310,28 @@ struct TransferStoreTests {
         #expect(ids == Set((0..<6).map { "t\($0)" }))
     }
 
+    @Test func aNewStoreIsCreatedInWriteAheadLogModeWithItsLogInPlaceAndOpensOnIt() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appending(path: "state.sqlite")
+        #expect(TransferStore.createUnsynced(path.path))
+        let header = try Data(contentsOf: path)
+        #expect(header.prefix(15) == Data("SQLite format 3".utf8))
+        #expect(header.count >= 20 && header[18] == 2 && header[19] == 2, "the write-ahead log's version numbers")
+        let log = try FileManager.default.attributesOfItem(atPath: path.path + "-wal")[.size] as? Int
+        #expect((log ?? 0) > 0, "a log in place: opening it writes nothing")
+        #expect(!TransferStore.createUnsynced(path.path), "never over a file that exists")
+
+        let store = try TransferStore(path: path)
+        #expect(try store.batches().isEmpty)
+        let (mode, synchronous) = try store.database.write { db in
+            (try String.fetchOne(db, sql: "PRAGMA journal_mode"), try Int.fetchOne(db, sql: "PRAGMA synchronous"))
+        }
+        #expect(mode == "wal")
+        #expect(synchronous == 1, "NORMAL on the store's own connection")
+    }
+
     @Test func theDigestsOfItsIdentifiersKnowEveryStoredTransferAndNoOther() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()

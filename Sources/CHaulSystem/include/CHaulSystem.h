@@ -21,4 +21,9 @@ int haul_sqlite_keep_wal_on_close(struct sqlite3 *db);
 /// Returns SQLite's result code: SQLITE_MISUSE once SQLite has been initialized in the process.
 int haul_sqlite_disable_memory_statistics(void);
 
+/// Creates the SQLite database `path`, which must not exist, in write-ahead-log mode with a log that is not empty,
+/// without syncing anything (`PRAGMA synchronous = OFF` on its own connection, closed keeping the log). Returns
+/// SQLite's result code: SQLITE_CANTOPEN when the file exists or cannot be created.
+int haul_sqlite_create_unsynced(const char *path);
+
 #endif
