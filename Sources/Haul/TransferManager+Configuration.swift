@@ -67,6 +67,9 @@ extension TransferManager {
         public var hooks = Hooks()
         /// The `User-Agent` sent with every request, unless a request's headers set one.
         public var userAgent: String = "Haul/0.1"
+        /// With a store, how long a file's completion record waits for those of other files finishing meanwhile, to
+        /// share a transaction, while other transfers are on the network (see ``StoreWriter/publishingLinger``).
+        package var publishingLinger: Duration = StoreWriter.publishingLinger
 
         /// The defaults.
         public init() {}

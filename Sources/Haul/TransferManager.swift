@@ -36,7 +36,9 @@ public final class TransferManager: Sendable {
         self.scopeContext = ServiceContext.current
         let (deliveries, deliveryContinuation) = AsyncStream<ObserverMailbox>.makeStream()
         self.deliveries = deliveries
-        self.storeWriter = configuration.store.map { StoreWriter(store: $0) }
+        self.storeWriter = configuration.store.map {
+            StoreWriter(store: $0, publishingLinger: configuration.publishingLinger)
+        }
         self.core = NIOLockedValueBox(
             Core(
                 configuration: configuration,
@@ -487,7 +489,8 @@ extension TransferManager: Download.Observer {
         // It waits for others to share its commit only while other transfers are still on the network: the last
         // files of a batch have no one to wait for.
         guard let storeWriter = self.storeWriter else { return false }
-        let othersOnNetwork = self.core.withLockedValue { $0.scheduler.runningCount > 0 }
+        // Slots in use, not running transfers: those count the transfers publishing, this one among them.
+        let othersOnNetwork = self.core.withLockedValue { $0.scheduler.slotsInUse > 0 }
         await storeWriter.flushAndWait(
             adding: .publishing(id, finalPath: path, size: byteCount, sha256: sha256, modified: modificationTime),
             lingering: othersOnNetwork

@@ -57,6 +57,25 @@ struct PersistenceTests {
         ]
     }
 
+    @Test func theLastFileOfABatchIsRecordedAndRenamedWithoutWaitingForOthers() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/done": .init(body: Self.done)]) { server in
+            try await withTemporaryDirectory { folder in
+                var configuration = self.configuration(
+                    try TransferStore(path: folder.appending(path: "state/state.sqlite"))
+                )
+                // A wait no test sits out: a record that waited for other files would miss the limit below.
+                configuration.publishingLinger = .seconds(60)
+                let started = ContinuousClock.now
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.enqueue([TransferRequest(url: server.url("/done"), into: folder)]).report()
+                }
+                #expect(report.completed.count == 1, "\(report.items.map(\.result))")
+                #expect(ContinuousClock.now - started < .seconds(30), "no other transfer was on the network")
+                #expect(try Array(Data(contentsOf: folder.appending(path: "done"))) == Self.done)
+            }
+        }
+    }
+
     @Test func aRerunSkipsCompletedFilesWithoutARequestAndResumesPartialOnesWithAValidatedRange() async throws {
         try await FaultInjectingServer.withServer(resources: self.resources()) { server in
             try await withTemporaryDirectory { folder in
