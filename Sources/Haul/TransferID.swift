@@ -5,13 +5,35 @@ import Crypto
 /// Callers may choose it (HWIFileDownload's identifiers); otherwise it is derived from the URL and the destination,
 /// so submitting the same URL to the same destination twice names the same transfer (and joins it).
 public struct TransferID: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral, Codable {
+    /// How the identifier is held. Sixteen lower-case hex digits (every derived identifier, and any chosen one of that
+    /// form) are kept as the number they spell: hashing, comparing and copying it then touch no string (sixteen bytes
+    /// are one more than Swift keeps inside a string value, so each copy of such a string is a reference to count, and
+    /// each hash reads it through a pointer). Other text is kept as it is. A text has one form only, so identifiers
+    /// with equal texts are equal, and hash alike.
+    private enum Storage: Hashable, Sendable {
+        case hex(UInt64)
+        case text(String)
+    }
+
+    private var storage: Storage
+
     /// The identifier's text.
-    public var rawValue: String
+    public var rawValue: String {
+        get {
+            switch self.storage {
+            case .hex(let value): String(hexOf: value)
+            case .text(let text): text
+            }
+        }
+        set { self.storage = Self.storage(of: newValue) }
+    }
 
     /// Creates an identifier from a caller-chosen string.
-    public init(_ rawValue: String) { self.rawValue = rawValue }
+    public init(_ rawValue: String) { self.storage = Self.storage(of: rawValue) }
 
-    public init(stringLiteral value: String) { self.rawValue = value }
+    public init(stringLiteral value: String) { self.init(value) }
+
+    private init(hex value: UInt64) { self.storage = .hex(value) }
 
     /// The identifier Haul derives for a URL and a destination: 16 hex digits of their SHA-256.
     public static func derived(url: String, destination: String) -> TransferID {
@@ -22,13 +44,31 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
         url.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
         withUnsafeBytes(of: UInt8(0)) { hasher.update(bufferPointer: $0) }
         destination.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
-        return TransferID(hasher.finalize().withUnsafeBytes { String(hexOf: $0.prefix(8)) })
+        // The digest's first eight bytes, in order: the number whose 16 hex digits they are.
+        let value = hasher.finalize().withUnsafeBytes { bytes in
+            bytes.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        }
+        return TransferID(hex: value)
+    }
+
+    /// The form `text` is kept in: the number it spells when it is exactly 16 lower-case hex digits.
+    private static func storage(of text: String) -> Storage {
+        guard text.utf8.count == 16 else { return .text(text) }
+        var value: UInt64 = 0
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = value << 4 | UInt64(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): value = value << 4 | UInt64(byte - UInt8(ascii: "a") + 10)
+            default: return .text(text)
+            }
+        }
+        return .hex(value)
     }
 
     public var description: String { self.rawValue }
 
     public init(from decoder: any Decoder) throws {
-        self.rawValue = try decoder.singleValueContainer().decode(String.self)
+        self.init(try decoder.singleValueContainer().decode(String.self))
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -47,6 +87,17 @@ public struct BatchID: Hashable, Sendable, CustomStringConvertible {
 }
 
 extension String {
+    /// The 16 lower-case hex digits of `value`, most significant first (the hex of its bytes in big-endian order).
+    init(hexOf value: UInt64) {
+        self.init(unsafeUninitializedCapacity: 16) { utf8 in
+            for index in 0..<16 {
+                let digit = UInt8(truncatingIfNeeded: value >> (60 - 4 * index)) & 0x0f
+                utf8[index] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
+            }
+            return 16
+        }
+    }
+
     /// Lower-case hex of the bytes.
     init<Bytes: Sequence>(hexOf bytes: Bytes) where Bytes.Element == UInt8 {
         self.init(hexOf: Array(bytes))

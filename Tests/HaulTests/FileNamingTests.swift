@@ -190,10 +190,46 @@ struct DerivedIdentifierTests {
         #expect(TransferID.derived(url: "https://example.com/é x", destination: "").rawValue == "a341c6ed00efc95d")
     }
 
+    @Test func aChosenIdentifierWithTheSameTextIsTheSameIdentifier() {
+        let derived = TransferID.derived(url: "https://example.com/a.jpg", destination: "folder:/tmp/photos")
+        let chosen = TransferID("202217891a3d3dd1")
+        #expect(chosen == derived)
+        #expect(chosen.hashValue == derived.hashValue)
+        #expect(Set([derived, chosen, "202217891a3d3dd1"]).count == 1)
+        #expect(chosen.rawValue == "202217891a3d3dd1")
+        #expect("\(derived)" == "202217891a3d3dd1")
+    }
+
+    @Test func textThatIsNotSixteenLowerCaseHexDigitsIsKeptAsItIs() {
+        // Upper case, one digit more or less, a letter past f, other text: each its own identifier, text unchanged.
+        let texts = [
+            "202217891A3D3DD1", "202217891a3d3dd", "202217891a3d3dd10", "202217891a3d3ddg", "photo-42", "", "é",
+            "0000000000000000", "ffffffffffffffff",
+        ]
+        let identifiers = texts.map { TransferID($0) }
+        #expect(identifiers.map { $0.rawValue } == texts)
+        #expect(Set(identifiers).count == texts.count)
+        #expect(TransferID("202217891A3D3DD1") != TransferID("202217891a3d3dd1"))
+    }
+
+    @Test func anIdentifiersTextCanBeReplacedAndSurvivesEncoding() throws {
+        var identifier = TransferID("photo-42")
+        identifier.rawValue = "00000000000000ff"
+        #expect(identifier == TransferID("00000000000000ff"))
+        identifier.rawValue = "photo-43"
+        #expect(identifier == "photo-43")
+        let derived = TransferID.derived(url: "https://example.com/é x", destination: "")
+        let encoded = try JSONEncoder().encode([derived, identifier])
+        #expect(String(decoding: encoded, as: UTF8.self) == #"["a341c6ed00efc95d","photo-43"]"#)
+        #expect(try JSONDecoder().decode([TransferID].self, from: encoded) == [derived, identifier])
+    }
+
     @Test func hexIsLowerCaseTwoDigitsPerByte() {
         #expect(String(hexOf: [0x00, 0x01, 0xab, 0xff]) == "0001abff")
         #expect(String(hexOf: [UInt8]()) == "")
         #expect(String(hexOf: (0..<3).lazy.map { UInt8($0 * 100) }) == "0064c8")
+        #expect(String(hexOf: UInt64(0x0001_abff_0064_c8e9)) == "0001abff0064c8e9")
+        #expect(String(hexOf: UInt64.max) == "ffffffffffffffff")
     }
 }
 
