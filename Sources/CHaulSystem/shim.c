@@ -62,3 +62,16 @@ int haul_sqlite_create_unsynced(const char *path) {
     sqlite3_close(db);
     return code;
 }
+
+int haul_mutex_init_spinning(pthread_mutex_t *mutex) {
+#if defined(__GLIBC__)
+    pthread_mutexattr_t attributes;
+    pthread_mutexattr_init(&attributes);
+    pthread_mutexattr_settype(&attributes, PTHREAD_MUTEX_ADAPTIVE_NP);
+    int result = pthread_mutex_init(mutex, &attributes);
+    pthread_mutexattr_destroy(&attributes);
+    return result;
+#else
+    return pthread_mutex_init(mutex, NULL);
+#endif
+}

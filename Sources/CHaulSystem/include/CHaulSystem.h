@@ -26,4 +26,11 @@ int haul_sqlite_disable_memory_statistics(void);
 /// SQLite's result code: SQLITE_CANTOPEN when the file exists or cannot be created.
 int haul_sqlite_create_unsynced(const char *path);
 
+#include <pthread.h>
+
+/// Initialises `mutex` as a mutex whose contended lock spins for a while before it sleeps in the kernel: glibc's
+/// adaptive mutex (PTHREAD_MUTEX_ADAPTIVE_NP, a GNU extension Swift's Glibc module does not show); elsewhere a
+/// default mutex. Returns pthread_mutex_init's result.
+int haul_mutex_init_spinning(pthread_mutex_t *mutex);
+
 #endif
