@@ -14,6 +14,9 @@ Outputs are kept, not deleted between runs: creating thousands of files right af
 on ext4 for minutes, which would favour whichever binary runs first. Delete /tmp/haul-ab when done (and wait a few
 minutes before measuring small files again), or set AB_DELETE=1 to delete each output at once (for large files).
 
+Before each run, as much memory as the run writes (the sum of the list's files, read from the first run's output,
+at least 256 MiB) is touched and freed, as compare.py does: see its docstring for why.
+
 LIST is a file of URLs (for example ROOT/lists/small.txt from compare.py, with its nginx running). Needs GNU time.
 Not part of `swift test`.
 """
@@ -25,6 +28,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import prefault  # noqa: E402
+
 
 def main() -> None:
     if len(sys.argv) < 6 or sys.argv[3] not in ("state", "nostate"):
@@ -33,6 +39,7 @@ def main() -> None:
     base = f"/tmp/haul-ab/{time.time_ns()}"
     os.makedirs(base)
     samples: dict[int, list[tuple[float, float, float, float]]] = {i: [] for i in range(len(binaries))}
+    written = 256 << 20
     for run in range(runs):
         shift = run % len(binaries)
         order = list(enumerate(binaries))[shift:] + list(enumerate(binaries))[:shift]
@@ -40,11 +47,15 @@ def main() -> None:
             out = f"{base}/out{run}-{index}"
             args = [binary, "get", "-i", url_list, "-d", out, "-j", "16", "-q"]
             args += ["--state", f"{out}.sqlite"] if mode == "state" else ["--no-state"]
+            prefault(written)
             done = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M"] + args, capture_output=True, text=True)
             if done.returncode != 0:
                 sys.exit(f"{binary} failed ({done.returncode}):\n{done.stderr}")
             wall, user, system, rss = (float(x) for x in done.stderr.strip().splitlines()[-1].split())
             samples[index].append((wall, user + system, user, rss / 1024))
+            if run == 0 and index == order[0][0]:
+                size = sum(entry.stat().st_size for entry in os.scandir(out) if entry.is_file())
+                written = max(written, size * 5 // 4)
             if os.environ.get("AB_DELETE"):
                 shutil.rmtree(out, ignore_errors=True)
     for index, binary in enumerate(binaries):
