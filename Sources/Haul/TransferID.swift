@@ -65,6 +65,11 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
         return .hex(value)
     }
 
+    /// The number a derived identifier's 16 hex digits spell (`nil` for other text).
+    var derivedValue: UInt64? {
+        if case .hex(let value) = self.storage { value } else { nil }
+    }
+
     public var description: String { self.rawValue }
 
     public init(from decoder: any Decoder) throws {
@@ -87,14 +92,16 @@ public struct BatchID: Hashable, Sendable, CustomStringConvertible {
 }
 
 extension String {
-    /// The 16 lower-case hex digits of `value`, most significant first (the hex of its bytes in big-endian order).
-    init(hexOf value: UInt64) {
-        self.init(unsafeUninitializedCapacity: 16) { utf8 in
-            for index in 0..<16 {
-                let digit = UInt8(truncatingIfNeeded: value >> (60 - 4 * index)) & 0x0f
+    /// The lower-case hex digits of `value`, two per byte, most significant first (the hex of its bytes in big-endian
+    /// order): 16 for a `UInt64`, 8 for a `UInt32`.
+    init<Value: FixedWidthInteger & UnsignedInteger>(hexOf value: Value) {
+        let count = Value.bitWidth / 4
+        self.init(unsafeUninitializedCapacity: count) { utf8 in
+            for index in 0..<count {
+                let digit = UInt8(truncatingIfNeeded: value >> (4 * (count - 1 - index))) & 0x0f
                 utf8[index] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
             }
-            return 16
+            return count
         }
     }
 

@@ -46,6 +46,11 @@ struct FileNamingTests {
         ("http://h", "index.html"),
         ("http://h/file.zip?token=1", "file.zip"),
         ("http://h/%2E%2E", "index.html"),
+        ("http://h/file", "file"),
+        ("http://h//a//b.bin", "b.bin"),
+        ("http://h/d/%C3%A9t%C3%A9.jpg", "été.jpg"),
+        ("http://h/d/été.jpg", "été.jpg"),
+        ("http://h/a/b/#frag", "index.html"),
     ])
     func namesAFileAfterTheURL(url: String, expected: String) throws {
         #expect(FileNaming.name(fromURL: try #require(URL(string: url))) == expected)
@@ -224,12 +229,26 @@ struct DerivedIdentifierTests {
         #expect(try JSONDecoder().decode([TransferID].self, from: encoded) == [derived, identifier])
     }
 
+    @Test func aPartialFileIsNamedAfterItsFileAndTheHashOfItsIdentifier() {
+        // Pinned (Python's hashlib agrees): a partial file left by an earlier version is found under the same name.
+        #expect(
+            Download.partPath(id: "f8c2b6e5ef6e6810", folderPath: "/dev/shm/hb/pp", nameComponents: ["f000005.bin"])
+                == "/dev/shm/hb/pp/f000005.bin.25ba449c.part"
+        )
+        #expect(
+            Download.partPath(id: "photo-42", folderPath: "/", nameComponents: ["2024", "summer", "a.jpg"])
+                == "/2024/summer/a.jpg.b7e20cad.part"
+        )
+    }
+
     @Test func hexIsLowerCaseTwoDigitsPerByte() {
         #expect(String(hexOf: [0x00, 0x01, 0xab, 0xff]) == "0001abff")
         #expect(String(hexOf: [UInt8]()) == "")
         #expect(String(hexOf: (0..<3).lazy.map { UInt8($0 * 100) }) == "0064c8")
         #expect(String(hexOf: UInt64(0x0001_abff_0064_c8e9)) == "0001abff0064c8e9")
         #expect(String(hexOf: UInt64.max) == "ffffffffffffffff")
+        #expect(String(hexOf: UInt32(0x25ba_449c)) == "25ba449c")
+        #expect(String(hexOf: UInt32(0x0a)) == "0000000a")
     }
 }
 

@@ -110,8 +110,17 @@ extension Download {
     /// The partial file of a transfer: `NAME.TAG.part` beside the final file, where TAG comes from the identifier.
     static func partPath(id: TransferID, folderPath: String, nameComponents: [String]) -> String {
         let name = FileNaming.truncated(nameComponents.last!, maximumBytes: FileNaming.maximumNameBytes - 22)
-        let tag = String(TransferID.derived(url: id.rawValue, destination: "").rawValue.prefix(8))
-        return self.path(in: folderPath, nameComponents.dropLast() + ["\(name).\(tag).part"])
+        // The first 8 hex digits of the identifier's own derived identifier; the path is built in place (per attempt).
+        let derived = TransferID.derived(url: id.rawValue, destination: "").derivedValue!
+        let tag = String(hexOf: UInt32(truncatingIfNeeded: derived >> 32))
+        var path = self.path(in: folderPath, nameComponents.dropLast())
+        path.reserveCapacity(path.utf8.count + name.utf8.count + 15)
+        path += "/"
+        path += name
+        path += "."
+        path += tag
+        path += ".part"
+        return path
     }
 
     /// A folder's path (as `URL.path` gives it) followed by file-name components (sanitised names, without
