@@ -67,7 +67,7 @@ struct Get: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let input = try self.inputFile.map { try InputLines.openChecked($0) }
+        let input = try self.inputFile.map { try CheckedInput.open($0) }
         // Absolute, so that the same command run from elsewhere names the same transfers in the state database.
         let folder = URL(filePath: self.dir, directoryHint: .isDirectory).absoluteURL.standardizedFileURL
         var configuration = self.options.configuration(store: try self.state.openStore())

@@ -42,7 +42,7 @@ struct Remove: AsyncParsableCommand {
 
     func run() async throws {
         let input = try self.inputFile.map {
-            try InputLines.openChecked($0) { item in
+            try CheckedInput.open($0) { item in
                 item.outputName != nil || item.directory != nil || item.checksum != nil
                     ? "haul rm takes only header= options" : nil
             }

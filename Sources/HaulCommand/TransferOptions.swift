@@ -115,13 +115,13 @@ enum BatchRunner {
 }
 
 extension BatchRunner {
-    /// Runs one batch of the command line's requests, then the input file's items (read again as a stream, a window at
-    /// a time), each made into a request by `request`.
+    /// Runs one batch of the command line's requests, then the input file's items (a window at a time), each made into
+    /// a request by `request`.
     static func run(
         configuration: TransferManager.Configuration,
         options: TransferOptions,
         requests: [TransferRequest],
-        input: (lines: InputLines, itemCount: Int)?,
+        input: CheckedInput?,
         request: (InputItem) -> TransferRequest
     ) async throws {
         try await self.run(
@@ -130,7 +130,7 @@ extension BatchRunner {
             expectedItems: requests.count + (input?.itemCount ?? 0)
         ) { batch in
             for request in requests { try await batch.add(request) }
-            try await input?.lines.forEachItem { item in try await batch.add(request(item)) }
+            try await input?.forEachItem { item in try await batch.add(request(item)) }
         }
     }
 }

@@ -67,6 +67,63 @@ struct InputFileTests {
     }
 }
 
+@Suite("Reading a checked input file")
+struct CheckedInputTests {
+    @discardableResult
+    func withList<T>(of count: Int, _ body: (String) async throws -> T) async throws -> T {
+        let path = FileManager.default.temporaryDirectory.appending(path: "haul-list-\(UUID().uuidString).txt").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let text = (0..<count).map { "https://example.com/\($0).bin\n  out=f\($0)" }.joined(separator: "\n")
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
+        return try await body(path)
+    }
+
+    func items(of input: CheckedInput) async throws -> [InputItem] {
+        var items: [InputItem] = []
+        try await input.forEachItem { items.append($0) }
+        return items
+    }
+
+    @Test func aListWithinTheLimitIsParsedOnceAndKept() async throws {
+        try await self.withList(of: 3) { path in
+            let input = try CheckedInput.open(path)
+            // The file is gone: the items come from the check.
+            try FileManager.default.removeItem(atPath: path)
+            #expect(input.itemCount == 3)
+            let items = try await self.items(of: input)
+            #expect(items.map(\.url.absoluteString) == (0..<3).map { "https://example.com/\($0).bin" })
+            #expect(items.map(\.outputName) == ["f0", "f1", "f2"])
+            #expect(items.map(\.lineNumber) == [1, 3, 5])
+        }
+    }
+
+    @Test func aLongerListIsReadAgainAsAStream() async throws {
+        let count = CheckedInput.keptItems + 1
+        try await self.withList(of: count) { path in
+            let input = try CheckedInput.open(path)
+            #expect(input.itemCount == count)
+            // Read again from the file: a line appended after the check is there.
+            let handle = try #require(FileHandle(forWritingAtPath: path))
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data("\nhttps://example.com/appended".utf8))
+            try handle.close()
+            let items = try await self.items(of: input)
+            #expect(items.count == count + 1)
+            #expect(items.first?.outputName == "f0")
+            #expect(items[count - 1].outputName == "f\(count - 1)")
+            #expect(items.last?.url.absoluteString == "https://example.com/appended")
+        }
+    }
+
+    @Test func anItemTheCommandRefusesIsReportedBeforeAnythingIsRead() async throws {
+        try await self.withList(of: 2) { path in
+            #expect(throws: ExitCode(64)) {
+                try CheckedInput.open(path) { $0.outputName == "f1" ? "no out= here" : nil }
+            }
+        }
+    }
+}
+
 @Suite("Parsing the get command's arguments")
 struct GetArgumentTests {
     @Test func acceptsTheDocumentedOptions() throws {
