@@ -1,6 +1,8 @@
 #ifndef C_HAUL_SYSTEM_H
 #define C_HAUL_SYSTEM_H
 
+#include <pthread.h>
+
 /// Renames `from` to `to` unless `to` exists, in one atomic call: `renameat2(RENAME_NOREPLACE)` on Linux,
 /// `renamex_np(RENAME_EXCL)` on Darwin. Returns 0, or -1 with errno set: EEXIST when `to` exists, ENOTSUP when the
 /// system or file system cannot do it (the caller then falls back to link and unlink).
@@ -25,8 +27,6 @@ int haul_sqlite_disable_memory_statistics(void);
 /// without syncing anything (`PRAGMA synchronous = OFF` on its own connection, closed keeping the log). Returns
 /// SQLite's result code: SQLITE_CANTOPEN when the file exists or cannot be created.
 int haul_sqlite_create_unsynced(const char *path);
-
-#include <pthread.h>
 
 /// Initialises `mutex` as a mutex whose contended lock spins for a while before it sleeps in the kernel: glibc's
 /// adaptive mutex (PTHREAD_MUTEX_ADAPTIVE_NP, a GNU extension Swift's Glibc module does not show); elsewhere a
