@@ -53,7 +53,7 @@ def main() -> None:
                 sys.exit(f"{binary} failed ({done.returncode}):\n{done.stderr}")
             wall, user, system, rss = (float(x) for x in done.stderr.strip().splitlines()[-1].split())
             samples[index].append((wall, user + system, user, rss / 1024))
-            if run == 0 and index == order[0][0]:
+            if run == 0 and index == 0:  # the first run of all sizes the rest
                 size = sum(entry.stat().st_size for entry in os.scandir(out) if entry.is_file())
                 written = max(written, size * 5 // 4)
             if os.environ.get("AB_DELETE"):

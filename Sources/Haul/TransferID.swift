@@ -21,7 +21,7 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
     public var rawValue: String {
         get {
             switch self.storage {
-            case .hex(let value): String(hexOf: value)
+            case .hex(let value): withUnsafeBytes(of: value.bigEndian) { String(hexOf: $0) }
             case .text(let text): text
             }
         }
@@ -65,7 +65,8 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
         return .hex(value)
     }
 
-    /// The number a derived identifier's 16 hex digits spell (`nil` for other text).
+    /// The number the identifier's text spells when it is 16 lower-case hex digits, as every derived identifier's is
+    /// (`nil` for other text).
     var derivedValue: UInt64? {
         if case .hex(let value) = self.storage { value } else { nil }
     }
@@ -92,19 +93,6 @@ public struct BatchID: Hashable, Sendable, CustomStringConvertible {
 }
 
 extension String {
-    /// The lower-case hex digits of `value`, two per byte, most significant first (the hex of its bytes in big-endian
-    /// order): 16 for a `UInt64`, 8 for a `UInt32`.
-    init<Value: FixedWidthInteger & UnsignedInteger>(hexOf value: Value) {
-        let count = Value.bitWidth / 4
-        self.init(unsafeUninitializedCapacity: count) { utf8 in
-            for index in 0..<count {
-                let digit = UInt8(truncatingIfNeeded: value >> (4 * (count - 1 - index))) & 0x0f
-                utf8[index] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
-            }
-            return count
-        }
-    }
-
     /// Lower-case hex of the bytes.
     init<Bytes: Sequence>(hexOf bytes: Bytes) where Bytes.Element == UInt8 {
         self.init(hexOf: Array(bytes))

@@ -115,7 +115,7 @@ struct CheckedInputTests {
         }
     }
 
-    @Test func anItemTheCommandRefusesIsReportedBeforeAnythingIsRead() async throws {
+    @Test func anItemTheCommandRefusesFailsTheCheckWithUsageExitCode() async throws {
         try await self.withList(of: 2) { path in
             #expect(throws: ExitCode(64)) {
                 try CheckedInput.open(path) { $0.outputName == "f1" ? "no out= here" : nil }

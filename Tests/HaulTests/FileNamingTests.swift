@@ -245,10 +245,14 @@ struct DerivedIdentifierTests {
         #expect(String(hexOf: [0x00, 0x01, 0xab, 0xff]) == "0001abff")
         #expect(String(hexOf: [UInt8]()) == "")
         #expect(String(hexOf: (0..<3).lazy.map { UInt8($0 * 100) }) == "0064c8")
-        #expect(String(hexOf: UInt64(0x0001_abff_0064_c8e9)) == "0001abff0064c8e9")
-        #expect(String(hexOf: UInt64.max) == "ffffffffffffffff")
-        #expect(String(hexOf: UInt32(0x25ba_449c)) == "25ba449c")
-        #expect(String(hexOf: UInt32(0x0a)) == "0000000a")
+        // A number's big-endian bytes (the first `count`), as identifiers held as numbers give their text.
+        func hex(_ value: UInt64, count: Int = 8) -> String {
+            withUnsafeBytes(of: value.bigEndian) { String(hexOf: $0.prefix(count)) }
+        }
+        #expect(hex(0x0001_abff_0064_c8e9) == "0001abff0064c8e9")
+        #expect(hex(.max) == "ffffffffffffffff")
+        #expect(hex(0x25ba_449c_0000_0001, count: 4) == "25ba449c")
+        #expect(hex(0x0000_000a_ffff_ffff, count: 4) == "0000000a")
     }
 }
 

@@ -112,7 +112,7 @@ extension Download {
         let name = FileNaming.truncated(nameComponents.last!, maximumBytes: FileNaming.maximumNameBytes - 22)
         // The first 8 hex digits of the identifier's own derived identifier; the path is built in place (per attempt).
         let derived = TransferID.derived(url: id.rawValue, destination: "").derivedValue!
-        let tag = String(hexOf: UInt32(truncatingIfNeeded: derived >> 32))
+        let tag = withUnsafeBytes(of: derived.bigEndian) { String(hexOf: $0.prefix(4)) }
         var path = self.path(in: folderPath, nameComponents.dropLast())
         path.reserveCapacity(path.utf8.count + name.utf8.count + 15)
         path += "/"
