@@ -17,6 +17,18 @@ import NIOPosix
 //   http-files  the same, each body written to FOLDER: created, written at explicit offsets, closed, renamed
 //   delegate    the client's delegate API, the body handed to an async consumer through a small bridge (no
 //               per-request timer: `execute(_:deadline:)` schedules and cancels one on an event loop per request)
+//   delegate-files  the delegate API writing each body to FOLDER on the event loop as it arrives; the task waits
+//               once per file, for the request's future
+//
+// and, without AsyncHTTPClient (the floor under any HTTP/1.1 client on SwiftNIO; http URLs of one origin):
+//   nio              SwiftNIO's HTTP/1.1 codec on N keep-alive connections, each asking for the next URL when a
+//                    response ends, all on the event loops (no Swift concurrency), bytes dropped
+//   nio-files        the same, each body written as `http-files` writes it, on the event loop
+//   nio-async        one task per connection through `NIOAsyncChannel` (the hand-offs a transfer task has)
+//   nio-async-files  the same, each body written from its task
+//
+// `--task-per-request` (the client's modes): instead of N tasks that each fetch URL after URL, a detached task per
+// URL, N at a time, each ending one starting the next (as Haul's manager runs a task per transfer).
 //
 // Prints one line: the mode, wall seconds, CPU milliseconds (user + system, `getrusage`), requests and bytes.
 // Not part of `swift test`; see docs/benchmarks.md for what it measured.
@@ -127,7 +139,293 @@ final class AsyncBodyBridge: HTTPClientResponseDelegate, Sendable {
 }
 
 enum Mode: String {
-    case http, httpFiles = "http-files", delegate
+    case http, httpFiles = "http-files", delegate, nio, nioFiles = "nio-files", nioAsync = "nio-async"
+    case nioAsyncFiles = "nio-async-files", delegateFiles = "delegate-files"
+}
+
+/// A response delegate that writes the body to its file on the event loop, as it arrives (created at the head,
+/// written at explicit offsets, closed and renamed at the end), and completes the request's future with the byte
+/// count: the task that asked waits once per file, for the end, instead of for the head and each part. Unchecked:
+/// the client calls a delegate on its request's event loop only, one call at a time.
+final class FileWritingDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
+    typealias Response = Int
+
+    private let partial: String
+    private let final: String
+    private var descriptor: Int32 = -1
+    private var offset = 0
+
+    init(partial: String, final: String) {
+        self.partial = partial
+        self.final = final
+    }
+
+    func didReceiveHead(task: HTTPClient.Task<Int>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        guard head.status == .ok else {
+            return task.eventLoop.makeFailedFuture(HTTPFloorError("\(self.final): \(head.status)"))
+        }
+        self.descriptor = open(self.partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard self.descriptor >= 0 else {
+            return task.eventLoop.makeFailedFuture(HTTPFloorError("cannot create \(self.partial): errno \(errno)"))
+        }
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveBodyPart(task: HTTPClient.Task<Int>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        let written = buffer.withUnsafeReadableBytes {
+            pwrite(self.descriptor, $0.baseAddress, $0.count, off_t(self.offset))
+        }
+        guard written == buffer.readableBytes else {
+            return task.eventLoop.makeFailedFuture(HTTPFloorError("short write to \(self.partial)"))
+        }
+        self.offset += buffer.readableBytes
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveError(task: HTTPClient.Task<Int>, _ error: any Error) {
+        if self.descriptor >= 0 { close(self.descriptor) }
+        self.descriptor = -1
+    }
+
+    func didFinishRequest(task: HTTPClient.Task<Int>) throws -> Int {
+        close(self.descriptor)
+        self.descriptor = -1
+        guard rename(self.partial, self.final) == 0 else { throw HTTPFloorError("cannot rename \(self.partial)") }
+        return self.offset
+    }
+}
+
+/// One keep-alive connection of the `nio` modes: SwiftNIO's HTTP/1.1 codec and nothing else. It asks for the next
+/// URL of the shared list when a response ends, and does everything on its event loop: no hand-off to Swift
+/// concurrency, no client, no timers. With a folder, each body is written as `http-files` writes it (created,
+/// written at explicit offsets, closed, renamed), on the event loop too (the page cache's writes are short).
+final class RawFetcher: ChannelInboundHandler {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundOut = HTTPClientRequestPart
+
+    private let list: RawList
+    private let folder: String?
+    private let done: EventLoopPromise<Void>
+    private var index = 0
+    private var descriptor: Int32 = -1
+    private var offset = 0
+    private var isDone = false
+
+    init(list: RawList, folder: String?, done: EventLoopPromise<Void>) {
+        self.list = list
+        self.folder = folder
+        self.done = done
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        self.requestNext(context: context)
+    }
+
+    private func requestNext(context: ChannelHandlerContext) {
+        guard let index = self.list.take() else {
+            self.isDone = true
+            self.done.succeed(())
+            context.close(promise: nil)
+            return
+        }
+        self.index = index
+        var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: self.list.paths[index])
+        head.headers.add(name: "Host", value: self.list.host)
+        context.write(self.wrapOutboundOut(.head(head)), promise: nil)
+        context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch self.unwrapInboundIn(data) {
+        case .head(let head):
+            guard head.status == .ok else {
+                return self.fail(context, "\(self.list.paths[self.index]): \(head.status)")
+            }
+            self.offset = 0
+            if let folder {
+                self.descriptor = open("\(folder)/f\(self.index).part", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+                guard self.descriptor >= 0 else { return self.fail(context, "cannot create a file: errno \(errno)") }
+            }
+        case .body(let part):
+            if self.descriptor >= 0 {
+                let written = part.withUnsafeReadableBytes {
+                    pwrite(self.descriptor, $0.baseAddress, $0.count, off_t(self.offset))
+                }
+                guard written == part.readableBytes else { return self.fail(context, "short write") }
+            }
+            self.offset += part.readableBytes
+        case .end:
+            self.list.received(self.offset)
+            if self.descriptor >= 0, let folder {
+                close(self.descriptor)
+                self.descriptor = -1
+                guard rename("\(folder)/f\(self.index).part", "\(folder)/f\(self.index)") == 0 else {
+                    return self.fail(context, "cannot rename: errno \(errno)")
+                }
+            }
+            self.requestNext(context: context)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.fail(context, "\(error)")
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.fail(context, "the server closed the connection")
+    }
+
+    private func fail(_ context: ChannelHandlerContext, _ message: String) {
+        if self.descriptor >= 0 { close(self.descriptor) }
+        self.descriptor = -1
+        guard !self.isDone else { return }
+        self.isDone = true
+        self.done.fail(HTTPFloorError(message))
+        context.close(promise: nil)
+    }
+}
+
+/// The URLs of the `nio` modes (one origin), handed out in order to whichever connection asks next.
+final class RawList: Sendable {
+    let host: String
+    let port: Int
+    let paths: [String]
+    private let next = NIOLockedValueBox(0)
+    private let bytes = NIOLockedValueBox(0)
+
+    init(_ urls: [String]) throws {
+        let parsed = urls.compactMap { URL(string: $0) }
+        guard parsed.count == urls.count, let first = parsed.first, let host = first.host,
+            parsed.allSatisfy({ $0.scheme == "http" && $0.host == host && $0.port == first.port })
+        else { throw HTTPFloorError("the nio modes take http URLs of one host and port") }
+        self.host = first.port.map { "\(host):\($0)" } ?? host
+        self.port = first.port ?? 80
+        self.paths = parsed.map { $0.path.isEmpty ? "/" : $0.path }
+    }
+
+    var hostName: String { self.host.split(separator: ":").first.map(String.init) ?? self.host }
+
+    func take() -> Int? {
+        self.next.withLockedValue { next in
+            guard next < self.paths.count else { return nil }
+            defer { next += 1 }
+            return next
+        }
+    }
+
+    func received(_ count: Int) { self.bytes.withLockedValue { $0 += count } }
+    var totalBytes: Int { self.bytes.withLockedValue { $0 } }
+}
+
+/// Runs the `nio` modes: `concurrency` connections, each fetching until the list is done. Returns the bytes received.
+func fetchRaw(_ urls: [String], concurrency: Int, folder: String?) async throws -> Int {
+    let list = try RawList(urls)
+    let group = MultiThreadedEventLoopGroup.singleton
+    // As Haul's connections read: up to 1 MiB per read (a share of 32 MiB over 16 connections), one read per wake-up.
+    let readSize = 1 << 20
+    var finished: [EventLoopFuture<Void>] = []
+    for _ in 0..<concurrency {
+        let loop = group.next()
+        let done = loop.makePromise(of: Void.self)
+        let connected = ClientBootstrap(group: loop)
+            .channelOption(
+                ChannelOptions.recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: readSize)
+            )
+            .channelOption(ChannelOptions.maxMessagesPerRead, value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                    try channel.pipeline.syncOperations.addHandler(RawFetcher(list: list, folder: folder, done: done))
+                }
+            }
+            .connect(host: list.hostName, port: list.port)
+        connected.whenFailure { done.fail($0) }
+        finished.append(done.futureResult)
+    }
+    for future in finished { try await future.get() }
+    return list.totalBytes
+}
+
+/// Runs the `nio-async` modes: `concurrency` tasks, each with one keep-alive connection wrapped in an
+/// `NIOAsyncChannel` (SwiftNIO's HTTP/1.1 codec, no client), fetching URLs of the shared list in turn and writing
+/// each body from its task as `http-files` does: what a client of Haul's own on SwiftNIO's async bridge would cost,
+/// with the same hand-offs between the event loops and Swift concurrency that a transfer task has.
+func fetchRawAsync(_ urls: [String], concurrency: Int, folder: String?) async throws -> Int {
+    let list = try RawList(urls)
+    let group = MultiThreadedEventLoopGroup.singleton
+    try await withThrowingTaskGroup(of: Void.self) { tasks in
+        for _ in 0..<concurrency {
+            tasks.addTask {
+                let channel = try await ClientBootstrap(group: group)
+                    .channelOption(
+                        ChannelOptions.recvAllocator,
+                        value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: 1 << 20)
+                    )
+                    .channelOption(ChannelOptions.maxMessagesPerRead, value: 1)
+                    .connect(host: list.hostName, port: list.port) { channel in
+                        channel.eventLoop.makeCompletedFuture {
+                            try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                            return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(
+                                wrappingChannelSynchronously: channel
+                            )
+                        }
+                    }
+                try await channel.executeThenClose { inbound, outbound in
+                    var responses = inbound.makeAsyncIterator()
+                    while let index = list.take() {
+                        var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: list.paths[index])
+                        head.headers.add(name: "Host", value: list.host)
+                        try await outbound.write(contentsOf: [.head(head), .end(nil)])
+                        var descriptor: Int32 = -1
+                        var offset = 0
+                        var ended = false
+                        defer { if descriptor >= 0 { close(descriptor) } }
+                        response: while let part = try await responses.next() {
+                            switch part {
+                            case .head(let head):
+                                guard head.status == .ok else {
+                                    throw HTTPFloorError("\(list.paths[index]): \(head.status)")
+                                }
+                                if let folder {
+                                    descriptor = open(
+                                        "\(folder)/f\(index).part",
+                                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                                        0o644
+                                    )
+                                    guard descriptor >= 0 else {
+                                        throw HTTPFloorError("cannot create a file: errno \(errno)")
+                                    }
+                                }
+                            case .body(let body):
+                                if descriptor >= 0 {
+                                    let written = body.withUnsafeReadableBytes {
+                                        pwrite(descriptor, $0.baseAddress, $0.count, off_t(offset))
+                                    }
+                                    guard written == body.readableBytes else { throw HTTPFloorError("short write") }
+                                }
+                                offset += body.readableBytes
+                            case .end:
+                                ended = true
+                                break response
+                            }
+                        }
+                        guard ended else { throw HTTPFloorError("the server closed the connection") }
+                        list.received(offset)
+                        if descriptor >= 0, let folder {
+                            close(descriptor)
+                            descriptor = -1
+                            guard rename("\(folder)/f\(index).part", "\(folder)/f\(index)") == 0 else {
+                                throw HTTPFloorError("cannot rename: errno \(errno)")
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        try await tasks.waitForAll()
+    }
+    return list.totalBytes
 }
 
 /// Fetches one URL in `mode`; returns the body's length.
@@ -159,6 +457,12 @@ func fetch(_ url: String, index: Int, mode: Mode, client: HTTPClient, folder: St
         let head = try await bridge.head()
         guard head.status == .ok else { throw HTTPFloorError("\(url): \(head.status)") }
         while let part = try await bridge.next() { bytes += part.readableBytes }
+    case .delegateFiles:
+        guard let folder else { throw HTTPFloorError("delegate-files needs a FOLDER") }
+        let delegate = FileWritingDelegate(partial: "\(folder)/f\(index).part", final: "\(folder)/f\(index)")
+        bytes = try await client.execute(request: try HTTPClient.Request(url: url), delegate: delegate).get()
+    case .nio, .nioFiles, .nioAsync, .nioAsyncFiles:
+        throw HTTPFloorError("the nio modes run without the client")
     }
     return bytes
 }
@@ -170,21 +474,34 @@ struct HTTPFloorError: Error, CustomStringConvertible {
 
 @main
 enum HTTPFloor {
-    static func main() async throws {
+    static func main() async {
+        do {
+            try await self.run()
+        } catch {
+            FileHandle.standardError.write(Data("haul-http-floor: \(error)\n".utf8))
+            exit(1)
+        }
+    }
+
+    static func run() async throws {
         var arguments = Array(CommandLine.arguments.dropFirst())
         var concurrency = 16
+        let taskPerRequest = arguments.contains("--task-per-request")
+        arguments.removeAll { $0 == "--task-per-request" }
         if let flag = arguments.firstIndex(of: "-j"), flag + 1 < arguments.count, let value = Int(arguments[flag + 1]) {
             concurrency = max(1, value)
             arguments.removeSubrange(flag...(flag + 1))
         }
         guard arguments.count >= 2, let mode = Mode(rawValue: arguments[0]) else {
-            print("usage: haul-http-floor http|http-files|delegate LIST [FOLDER] [-j N]")
+            print(
+                "usage: haul-http-floor http|http-files|delegate|delegate-files|nio|nio-files|nio-async|nio-async-files LIST [FOLDER] [-j N]"
+            )
             exit(64)
         }
         let folder = arguments.count > 2 ? arguments[2] : nil
-        if mode == .httpFiles {
+        if [.httpFiles, .nioFiles, .nioAsyncFiles, .delegateFiles].contains(mode) {
             guard let folder else {
-                print("http-files needs a FOLDER")
+                print("\(mode.rawValue) needs a FOLDER")
                 exit(64)
             }
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -203,32 +520,52 @@ enum HTTPFloor {
         configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = concurrency
         let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
 
+        if [.nio, .nioFiles, .nioAsync, .nioAsyncFiles].contains(mode) {
+            let cpuBefore = Self.cpuMilliseconds()
+            let start = ContinuousClock.now
+            let files = mode == .nioFiles || mode == .nioAsyncFiles ? folder : nil
+            let bytes =
+                mode == .nio || mode == .nioFiles
+                ? try await fetchRaw(urls, concurrency: concurrency, folder: files)
+                : try await fetchRawAsync(urls, concurrency: concurrency, folder: files)
+            let wall = (ContinuousClock.now - start) / .seconds(1)
+            let cpu = Self.cpuMilliseconds() - cpuBefore
+            print("\(mode.rawValue) wall \(wall) cpu_ms \(Int(cpu)) requests \(urls.count) bytes \(bytes)")
+            return
+        }
         let nextIndex = NIOLockedValueBox(0)
         let totalBytes = NIOLockedValueBox(0)
         let cpuBefore = Self.cpuMilliseconds()
         let start = ContinuousClock.now
         do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for _ in 0..<concurrency {
-                    group.addTask {
-                        while true {
-                            let index = nextIndex.withLockedValue { next in
-                                defer { next += 1 }
-                                return next
+            if taskPerRequest {
+                try await Self.runTaskPerRequest(count: urls.count, concurrency: concurrency) { index in
+                    let bytes = try await fetch(urls[index], index: index, mode: mode, client: client, folder: folder)
+                    totalBytes.withLockedValue { $0 += bytes }
+                }
+            } else {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<concurrency {
+                        group.addTask {
+                            while true {
+                                let index = nextIndex.withLockedValue { next in
+                                    defer { next += 1 }
+                                    return next
+                                }
+                                guard index < urls.count else { return }
+                                let bytes = try await fetch(
+                                    urls[index],
+                                    index: index,
+                                    mode: mode,
+                                    client: client,
+                                    folder: folder
+                                )
+                                totalBytes.withLockedValue { $0 += bytes }
                             }
-                            guard index < urls.count else { return }
-                            let bytes = try await fetch(
-                                urls[index],
-                                index: index,
-                                mode: mode,
-                                client: client,
-                                folder: folder
-                            )
-                            totalBytes.withLockedValue { $0 += bytes }
                         }
                     }
+                    try await group.waitForAll()
                 }
-                try await group.waitForAll()
             }
         } catch {
             try? await client.shutdown()
@@ -240,6 +577,50 @@ enum HTTPFloor {
         print(
             "\(mode.rawValue) wall \(wall) cpu_ms \(Int(cpu)) requests \(urls.count) bytes \(totalBytes.withLockedValue { $0 })"
         )
+    }
+
+    /// Runs `fetch` for each index in a detached task of its own, `concurrency` at a time, each ending task starting
+    /// the next: a task per file, as Haul's manager runs its transfers.
+    static func runTaskPerRequest(
+        count: Int,
+        concurrency: Int,
+        _ fetch: @escaping @Sendable (Int) async throws -> Void
+    ) async throws {
+        let next = NIOLockedValueBox(0)
+        let remaining = NIOLockedValueBox(count)
+        try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
+            let resumed = NIOLockedValueBox(count == 0)
+            if count == 0 { done.resume() }
+            @Sendable func finish(_ result: Result<Void, any Error>) {
+                let first = resumed.withLockedValue { resumed in
+                    defer { resumed = true }
+                    return !resumed
+                }
+                if first { done.resume(with: result) }
+            }
+            @Sendable func spawn() {
+                let index = next.withLockedValue { next in
+                    defer { next += 1 }
+                    return next
+                }
+                guard index < count else { return }
+                Task.detached {
+                    do {
+                        try await fetch(index)
+                    } catch {
+                        return finish(.failure(error))
+                    }
+                    if remaining.withLockedValue({ left in
+                        left -= 1
+                        return left
+                    }) == 0 {
+                        finish(.success(()))
+                    }
+                    spawn()
+                }
+            }
+            for _ in 0..<concurrency { spawn() }
+        }
     }
 
     static func cpuMilliseconds() -> Double {
