@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Any commands against each other, interleaved, each writing into a fresh folder: which is faster, and by how much?
+
+Usage:
+    Benchmarks/peers/commands.py ROUNDS [--out DIR] [--prefault MIB] NAME=COMMAND [NAME=COMMAND ...]
+
+Each COMMAND runs through the shell with `{dir}` replaced by an empty output folder (DIR, default /dev/shm/haul-commands,
+made afresh before every run) and that folder as its working directory. Each round starts one command further on, so
+that with as many rounds as commands every command runs once in every place. Before each run, PREFAULT MiB (default
+256) of memory are touched and freed, as compare.py does (see its docstring: on this kind of virtual machine the run
+that first touches memory pays for it). Prints, per command, the median wall time of the whole process (start-up
+included), user and system CPU and context switches (`getrusage` of the children).
+
+On tmpfs (the default folder) file creation costs the same for every tool, so the tools' own differences show; on ext4,
+pass --out on that disk, and mind that deleting thousands of files slows the next thousands' creation for minutes
+(outputs on a disk other than tmpfs are moved aside, not deleted, and left for you to delete).
+
+For example, the floors under `haul get` against haul and the peers (nginx from compare.py serving ROOT/www):
+
+    Benchmarks/peers/commands.py 12 \\
+        "nio-files=$PWD/.build/release/haul-http-floor nio-files LIST {dir}" \\
+        "http-files=$PWD/.build/release/haul-http-floor http-files LIST {dir}" \\
+        "haul=$PWD/.build/release/haul get -i LIST -d {dir} -j 16 -q --state {dir}/state.sqlite" \\
+        "wget2=wget2 -q --max-threads=16 -i LIST -P {dir}"
+
+(Absolute paths: each command runs in its output folder.) With --serve ROOT, the corpora compare.py generated under
+ROOT/www are served by a private nginx on a free loopback port for the run (stopped at the end), and `{list:CORPUS}`
+in a command is the path of a URL list for that corpus on that port (ROOT/lists/CORPUS.txt, written anew):
+
+    Benchmarks/peers/commands.py 12 --serve /tmp/haul-bench \\
+        "haul=$PWD/.build/release/haul get -i {list:small} -d {dir} -j 16 -q --no-state" \\
+        "curl=sed 's/.*/url = \\"&\\"/' {list:small} | curl --no-progress-meter --fail --parallel --parallel-max 16 --remote-name-all -K -"
+
+Not part of `swift test`.
+"""
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import CORPORA, Nginx, free_port, prefault, write_list  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(usage=__doc__)
+    parser.add_argument("rounds", type=int)
+    parser.add_argument("commands", nargs="+", help="NAME=COMMAND, with {dir} for the output folder")
+    parser.add_argument("--out", default="/dev/shm/haul-commands")
+    parser.add_argument("--prefault", type=int, default=256, help="MiB touched and freed before each run")
+    parser.add_argument("--serve", metavar="ROOT", help="serve compare.py's corpora under ROOT/www for the run")
+    options = parser.parse_args()
+    nginx = None
+    if options.serve:
+        nginx = Nginx(options.serve, free_port())
+    try:
+        run(options, nginx)
+    finally:
+        if nginx:
+            nginx.stop()
+
+
+def run(options, nginx) -> None:
+    commands = []
+    for item in options.commands:
+        name, separator, command = item.partition("=")
+        if not separator or not name or not command:
+            sys.exit(f"not NAME=COMMAND: {item}")
+        if nginx:
+            for corpus, (count, _) in CORPORA.items():
+                if f"{{list:{corpus}}}" in command:
+                    if not os.path.exists(os.path.join(options.serve, "www", corpus, ".complete")):
+                        sys.exit(f"no {corpus} corpus under {options.serve}/www: run compare.py once first")
+                    path = write_list(options.serve, corpus, count, nginx.port)
+                    command = command.replace(f"{{list:{corpus}}}", path)
+        commands.append((name, command))
+    on_tmpfs = options.out.startswith("/dev/shm/")
+    samples: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name, _ in commands}
+    for run in range(options.rounds):
+        shift = run % len(commands)
+        for name, command in commands[shift:] + commands[:shift]:
+            if os.path.exists(options.out):
+                if on_tmpfs:
+                    shutil.rmtree(options.out)
+                else:
+                    os.rename(options.out, f"{options.out}.old.{time.time_ns()}")
+            os.makedirs(options.out)
+            prefault(options.prefault << 20)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            done = subprocess.run(command.replace("{dir}", options.out), shell=True, cwd=options.out)
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if done.returncode != 0:
+                sys.exit(f"{name} failed ({done.returncode})")
+            switches = (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)
+            samples[name].append(
+                (wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, float(switches))
+            )
+    if on_tmpfs:
+        shutil.rmtree(options.out, ignore_errors=True)
+    print(f"{'command':<24} {'wall ms':>9} {'user ms':>9} {'sys ms':>9} {'switches':>9}  ({options.rounds} rounds, medians)")
+    for name, _ in commands:
+        wall, user, system, switches = (statistics.median(s[k] for s in samples[name]) for k in range(4))
+        print(f"{name:<24} {wall * 1000:9.1f} {user * 1000:9.1f} {system * 1000:9.1f} {switches:9.0f}")
+
+
+if __name__ == "__main__":
+    main()
