@@ -143,6 +143,38 @@ enum Mode: String {
     case nioAsyncFiles = "nio-async-files", delegateFiles = "delegate-files"
 }
 
+/// A body written as `haul get` writes a file: `f<index>.part` created in the folder, written at explicit offsets,
+/// closed and renamed to `f<index>` by ``finish()``; closed and left in place when dropped unfinished.
+struct BodyFile: ~Copyable {
+    private let partial: String
+    private let final: String
+    private let descriptor: Int32
+    private var offset = 0
+
+    init(folder: String, index: Int) throws {
+        self.partial = "\(folder)/f\(index).part"
+        self.final = "\(folder)/f\(index)"
+        self.descriptor = open(self.partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard self.descriptor >= 0 else { throw HTTPFloorError("cannot create \(self.partial): errno \(errno)") }
+    }
+
+    mutating func write(_ buffer: ByteBuffer) throws {
+        let written = buffer.withUnsafeReadableBytes {
+            pwrite(self.descriptor, $0.baseAddress, $0.count, off_t(self.offset))
+        }
+        guard written == buffer.readableBytes else { throw HTTPFloorError("short write to \(self.partial)") }
+        self.offset += buffer.readableBytes
+    }
+
+    consuming func finish() throws {
+        let (partial, final) = (self.partial, self.final)
+        _ = consume self
+        guard rename(partial, final) == 0 else { throw HTTPFloorError("cannot rename \(partial): errno \(errno)") }
+    }
+
+    deinit { close(self.descriptor) }
+}
+
 /// A response delegate that writes the body to its file on the event loop, as it arrives (created at the head,
 /// written at explicit offsets, closed and renamed at the end), and completes the request's future with the byte
 /// count: the task that asked waits once per file, for the end, instead of for the head and each part. Unchecked:
@@ -150,48 +182,37 @@ enum Mode: String {
 final class FileWritingDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     typealias Response = Int
 
-    private let partial: String
-    private let final: String
-    private var descriptor: Int32 = -1
-    private var offset = 0
+    private let folder: String
+    private let index: Int
+    private var file: BodyFile?
+    private var byteCount = 0
 
-    init(partial: String, final: String) {
-        self.partial = partial
-        self.final = final
+    init(folder: String, index: Int) {
+        self.folder = folder
+        self.index = index
     }
 
     func didReceiveHead(task: HTTPClient.Task<Int>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
         guard head.status == .ok else {
-            return task.eventLoop.makeFailedFuture(HTTPFloorError("\(self.final): \(head.status)"))
+            return task.eventLoop.makeFailedFuture(HTTPFloorError("\(self.folder)/f\(self.index): \(head.status)"))
         }
-        self.descriptor = open(self.partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard self.descriptor >= 0 else {
-            return task.eventLoop.makeFailedFuture(HTTPFloorError("cannot create \(self.partial): errno \(errno)"))
-        }
-        return task.eventLoop.makeSucceededVoidFuture()
+        return task.eventLoop.makeCompletedFuture { self.file = try BodyFile(folder: self.folder, index: self.index) }
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Int>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        let written = buffer.withUnsafeReadableBytes {
-            pwrite(self.descriptor, $0.baseAddress, $0.count, off_t(self.offset))
+        task.eventLoop.makeCompletedFuture {
+            try self.file?.write(buffer)
+            self.byteCount += buffer.readableBytes
         }
-        guard written == buffer.readableBytes else {
-            return task.eventLoop.makeFailedFuture(HTTPFloorError("short write to \(self.partial)"))
-        }
-        self.offset += buffer.readableBytes
-        return task.eventLoop.makeSucceededVoidFuture()
     }
 
     func didReceiveError(task: HTTPClient.Task<Int>, _ error: any Error) {
-        if self.descriptor >= 0 { close(self.descriptor) }
-        self.descriptor = -1
+        self.file = nil
     }
 
     func didFinishRequest(task: HTTPClient.Task<Int>) throws -> Int {
-        close(self.descriptor)
-        self.descriptor = -1
-        guard rename(self.partial, self.final) == 0 else { throw HTTPFloorError("cannot rename \(self.partial)") }
-        return self.offset
+        try self.file.take()?.finish()
+        return self.byteCount
     }
 }
 
@@ -207,7 +228,7 @@ final class RawFetcher: ChannelInboundHandler {
     private let folder: String?
     private let done: EventLoopPromise<Void>
     private var index = 0
-    private var descriptor: Int32 = -1
+    private var file: BodyFile?
     private var offset = 0
     private var isDone = false
 
@@ -229,9 +250,7 @@ final class RawFetcher: ChannelInboundHandler {
             return
         }
         self.index = index
-        var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: self.list.paths[index])
-        head.headers.add(name: "Host", value: self.list.host)
-        context.write(self.wrapOutboundOut(.head(head)), promise: nil)
+        context.write(self.wrapOutboundOut(.head(self.list.requestHead(index))), promise: nil)
         context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
     }
 
@@ -242,26 +261,24 @@ final class RawFetcher: ChannelInboundHandler {
                 return self.fail(context, "\(self.list.paths[self.index]): \(head.status)")
             }
             self.offset = 0
-            if let folder {
-                self.descriptor = open("\(folder)/f\(self.index).part", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-                guard self.descriptor >= 0 else { return self.fail(context, "cannot create a file: errno \(errno)") }
+            do {
+                if let folder { self.file = try BodyFile(folder: folder, index: self.index) }
+            } catch {
+                self.fail(context, "\(error)")
             }
         case .body(let part):
-            if self.descriptor >= 0 {
-                let written = part.withUnsafeReadableBytes {
-                    pwrite(self.descriptor, $0.baseAddress, $0.count, off_t(self.offset))
-                }
-                guard written == part.readableBytes else { return self.fail(context, "short write") }
+            do {
+                try self.file?.write(part)
+            } catch {
+                return self.fail(context, "\(error)")
             }
             self.offset += part.readableBytes
         case .end:
             self.list.received(self.offset)
-            if self.descriptor >= 0, let folder {
-                close(self.descriptor)
-                self.descriptor = -1
-                guard rename("\(folder)/f\(self.index).part", "\(folder)/f\(self.index)") == 0 else {
-                    return self.fail(context, "cannot rename: errno \(errno)")
-                }
+            do {
+                try self.file.take()?.finish()
+            } catch {
+                return self.fail(context, "\(error)")
             }
             self.requestNext(context: context)
         }
@@ -276,8 +293,7 @@ final class RawFetcher: ChannelInboundHandler {
     }
 
     private func fail(_ context: ChannelHandlerContext, _ message: String) {
-        if self.descriptor >= 0 { close(self.descriptor) }
-        self.descriptor = -1
+        self.file = nil
         guard !self.isDone else { return }
         self.isDone = true
         self.done.fail(HTTPFloorError(message))
@@ -287,8 +303,10 @@ final class RawFetcher: ChannelInboundHandler {
 
 /// The URLs of the `nio` modes (one origin), handed out in order to whichever connection asks next.
 final class RawList: Sendable {
-    let host: String
+    /// Where to connect, and the requests' `Host` header.
+    let hostName: String
     let port: Int
+    let hostHeader: String
     let paths: [String]
     private let next = NIOLockedValueBox(0)
     private let bytes = NIOLockedValueBox(0)
@@ -298,12 +316,29 @@ final class RawList: Sendable {
         guard parsed.count == urls.count, let first = parsed.first, let host = first.host,
             parsed.allSatisfy({ $0.scheme == "http" && $0.host == host && $0.port == first.port })
         else { throw HTTPFloorError("the nio modes take http URLs of one host and port") }
-        self.host = first.port.map { "\(host):\($0)" } ?? host
+        self.hostName = host
         self.port = first.port ?? 80
+        self.hostHeader = first.port.map { "\(host):\($0)" } ?? host
         self.paths = parsed.map { $0.path.isEmpty ? "/" : $0.path }
     }
 
-    var hostName: String { self.host.split(separator: ":").first.map(String.init) ?? self.host }
+    /// A keep-alive connection's bootstrap, reading as Haul's connections read: up to 1 MiB at a time (a share of
+    /// 32 MiB over 16 connections), one read per wake-up.
+    static func bootstrap(_ group: any EventLoopGroup) -> ClientBootstrap {
+        ClientBootstrap(group: group)
+            .channelOption(
+                ChannelOptions.recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: 1 << 20)
+            )
+            .channelOption(ChannelOptions.maxMessagesPerRead, value: 1)
+    }
+
+    /// A GET of `paths[index]`.
+    func requestHead(_ index: Int) -> HTTPRequestHead {
+        var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: self.paths[index])
+        head.headers.add(name: "Host", value: self.hostHeader)
+        return head
+    }
 
     func take() -> Int? {
         self.next.withLockedValue { next in
@@ -321,18 +356,11 @@ final class RawList: Sendable {
 func fetchRaw(_ urls: [String], concurrency: Int, folder: String?) async throws -> Int {
     let list = try RawList(urls)
     let group = MultiThreadedEventLoopGroup.singleton
-    // As Haul's connections read: up to 1 MiB per read (a share of 32 MiB over 16 connections), one read per wake-up.
-    let readSize = 1 << 20
     var finished: [EventLoopFuture<Void>] = []
     for _ in 0..<concurrency {
         let loop = group.next()
         let done = loop.makePromise(of: Void.self)
-        let connected = ClientBootstrap(group: loop)
-            .channelOption(
-                ChannelOptions.recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: readSize)
-            )
-            .channelOption(ChannelOptions.maxMessagesPerRead, value: 1)
+        let connected = RawList.bootstrap(loop)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHTTPClientHandlers()
@@ -357,12 +385,7 @@ func fetchRawAsync(_ urls: [String], concurrency: Int, folder: String?) async th
     try await withThrowingTaskGroup(of: Void.self) { tasks in
         for _ in 0..<concurrency {
             tasks.addTask {
-                let channel = try await ClientBootstrap(group: group)
-                    .channelOption(
-                        ChannelOptions.recvAllocator,
-                        value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: 1 << 20)
-                    )
-                    .channelOption(ChannelOptions.maxMessagesPerRead, value: 1)
+                let channel = try await RawList.bootstrap(group)
                     .connect(host: list.hostName, port: list.port) { channel in
                         channel.eventLoop.makeCompletedFuture {
                             try channel.pipeline.syncOperations.addHTTPClientHandlers()
@@ -374,36 +397,19 @@ func fetchRawAsync(_ urls: [String], concurrency: Int, folder: String?) async th
                 try await channel.executeThenClose { inbound, outbound in
                     var responses = inbound.makeAsyncIterator()
                     while let index = list.take() {
-                        var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: list.paths[index])
-                        head.headers.add(name: "Host", value: list.host)
-                        try await outbound.write(contentsOf: [.head(head), .end(nil)])
-                        var descriptor: Int32 = -1
+                        try await outbound.write(contentsOf: [.head(list.requestHead(index)), .end(nil)])
+                        var file: BodyFile?
                         var offset = 0
                         var ended = false
-                        defer { if descriptor >= 0 { close(descriptor) } }
                         response: while let part = try await responses.next() {
                             switch part {
                             case .head(let head):
                                 guard head.status == .ok else {
                                     throw HTTPFloorError("\(list.paths[index]): \(head.status)")
                                 }
-                                if let folder {
-                                    descriptor = open(
-                                        "\(folder)/f\(index).part",
-                                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                                        0o644
-                                    )
-                                    guard descriptor >= 0 else {
-                                        throw HTTPFloorError("cannot create a file: errno \(errno)")
-                                    }
-                                }
+                                if let folder { file = try BodyFile(folder: folder, index: index) }
                             case .body(let body):
-                                if descriptor >= 0 {
-                                    let written = body.withUnsafeReadableBytes {
-                                        pwrite(descriptor, $0.baseAddress, $0.count, off_t(offset))
-                                    }
-                                    guard written == body.readableBytes else { throw HTTPFloorError("short write") }
-                                }
+                                try file?.write(body)
                                 offset += body.readableBytes
                             case .end:
                                 ended = true
@@ -412,13 +418,7 @@ func fetchRawAsync(_ urls: [String], concurrency: Int, folder: String?) async th
                         }
                         guard ended else { throw HTTPFloorError("the server closed the connection") }
                         list.received(offset)
-                        if descriptor >= 0, let folder {
-                            close(descriptor)
-                            descriptor = -1
-                            guard rename("\(folder)/f\(index).part", "\(folder)/f\(index)") == 0 else {
-                                throw HTTPFloorError("cannot rename: errno \(errno)")
-                            }
-                        }
+                        try file.take()?.finish()
                     }
                 }
             }
@@ -439,16 +439,12 @@ func fetch(_ url: String, index: Int, mode: Mode, client: HTTPClient, folder: St
             for try await part in response.body { bytes += part.readableBytes }
             return bytes
         }
-        let partial = "\(folder)/f\(index).part"
-        let descriptor = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else { throw HTTPFloorError("cannot create \(partial): errno \(errno)") }
-        defer { close(descriptor) }
+        var file = try BodyFile(folder: folder, index: index)
         for try await part in response.body {
-            let written = part.withUnsafeReadableBytes { pwrite(descriptor, $0.baseAddress, $0.count, off_t(bytes)) }
-            guard written == part.readableBytes else { throw HTTPFloorError("short write to \(partial)") }
+            try file.write(part)
             bytes += part.readableBytes
         }
-        guard rename(partial, "\(folder)/f\(index)") == 0 else { throw HTTPFloorError("cannot rename \(partial)") }
+        try file.finish()
     case .delegate:
         let bridge = AsyncBodyBridge()
         // The bridge hears the end and any error itself; awaiting the task's future as well costs another hand-off
@@ -459,7 +455,7 @@ func fetch(_ url: String, index: Int, mode: Mode, client: HTTPClient, folder: St
         while let part = try await bridge.next() { bytes += part.readableBytes }
     case .delegateFiles:
         guard let folder else { throw HTTPFloorError("delegate-files needs a FOLDER") }
-        let delegate = FileWritingDelegate(partial: "\(folder)/f\(index).part", final: "\(folder)/f\(index)")
+        let delegate = FileWritingDelegate(folder: folder, index: index)
         bytes = try await client.execute(request: try HTTPClient.Request(url: url), delegate: delegate).get()
     case .nio, .nioFiles, .nioAsync, .nioAsyncFiles:
         throw HTTPFloorError("the nio modes run without the client")
