@@ -96,7 +96,8 @@ public final class Batch: Sendable {
     /// The batch's events from the first time this property is read: the transfers' events, coalesced progress,
     /// and a last ``BatchEvent/finished(_:)``; then the stream ends. Every read returns the same stream, which one
     /// task iterates. A batch that already finished gives a stream of its final event. The same as
-    /// `events(.all)`.
+    /// `events(.all)`. Transfers start as soon as they are added: ask for the events before adding them (see
+    /// ``TransferManager/makeBatch()``) to see each from its `queued` event.
     public var events: AsyncStream<BatchEvent> { self.events(.all) }
 
     /// The batch's events that `selection` names, from the first time the batch's events are asked for, and a last

@@ -90,6 +90,9 @@ extension TransferManager {
     }
 
     /// Decisions a caller can take around each attempt. Each is optional; without it Haul's own rule applies.
+    ///
+    /// A hook runs on its transfer's task, which runs on one of the HTTP client's event loops beside the other
+    /// transfers' I/O: keep it short, and await slow work elsewhere (on an actor of your own) rather than block.
     public struct Hooks: Sendable {
         /// Called before every attempt, the first included, with the identifier, the attempt's number (from 1) and
         /// the request's URL and headers; returns the URL and headers to use. For signed URLs that expire, tokens

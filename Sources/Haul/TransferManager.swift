@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
 import Tracing
 
 /// Runs batches of downloads concurrently under a global and a per-host limit, streaming each file to disk.
@@ -137,14 +138,26 @@ public final class TransferManager: Sendable {
     /// a child task (a wake-up under the lock, then the task), and waiting for the stop signal in a second task beside
     /// the attempt, cost about 10 % of the CPU on 2,000 small files. The task runs at the priority, and with the
     /// tracing context, of the manager's scope; the scope waits for it (``waitForTransfersToEnd()``).
+    ///
+    /// The task runs on one of the HTTP client's event loops (``EventLoopExecutor``): the one the starting thread
+    /// runs, when it is one (a transfer that ended starts the next on its loop), else the group's next. Its request
+    /// then prefers a connection on that loop, and each resumption after a response's head or end is a job queued on
+    /// the same thread instead of a wake-up of another.
     private func spawnTransfer(_ id: TransferID, signal: StopSignal) {
         let context = self.scopeContext
-        let task = Task.detached(priority: self.scopePriority) {
+        let operation: @Sendable () async -> Void = {
             if let context {
                 await ServiceContext.withValue(context) { await self.runTransfer(id) }
             } else {
                 await self.runTransfer(id)
             }
+        }
+        let task: Task<Void, Never>
+        if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *) {
+            let executor = EventLoopExecutor(self.transport.client.eventLoopGroup.any())
+            task = Task.detached(executorPreference: executor, priority: self.scopePriority, operation: operation)
+        } else {
+            task = Task.detached(priority: self.scopePriority, operation: operation)
         }
         signal.cancelOnFire(task)
     }
@@ -223,6 +236,10 @@ public final class TransferManager: Sendable {
     /// A request whose identifier names a transfer that is queued, running or completed joins it: both batches see
     /// its events and its result. A request that cannot be carried out (an `ftp:` URL, an identifier already used for
     /// another URL) fails on its own; the rest of the batch goes on.
+    ///
+    /// The transfers start at once, on the HTTP client's threads, and a batch's ``Batch/events`` begin when first
+    /// asked for: ask for them right after this returns, or, to be sure to see every event whatever the machine's
+    /// load, make the batch with ``makeBatch()``, ask for its events, then add the requests and seal it.
     ///
     /// - Throws: ``HaulError/Code/managerShutDown`` after the manager's scope has ended.
     @discardableResult

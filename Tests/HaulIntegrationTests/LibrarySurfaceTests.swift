@@ -64,7 +64,9 @@ struct LibrarySurfaceTests {
     }
 
     @Test func aDownloadableModelDownloadsKnowsItIsDownloadedAndRemovesItsFile() async throws {
-        try await FaultInjectingServer.withServer(resources: ["/ep.mp3": .init(body: Self.body)]) { server in
+        // Sent over at least 60 ms, so that the transfer is still under way when asked right after it starts.
+        let paced = FaultInjectingServer.Resource(body: Self.body, chunkSize: 50_000, chunkDelay: .milliseconds(10))
+        try await FaultInjectingServer.withServer(resources: ["/ep.mp3": paced]) { server in
             try await withTemporaryDirectory { folder in
                 let episode = Episode(downloadURL: server.url("/ep.mp3"), localFileURL: folder.appending(path: "1.mp3"))
                 try await TransferManager.withTransferManager(configuration: .testing()) { manager in
@@ -89,7 +91,8 @@ struct LibrarySurfaceTests {
     @Test func aGroupOfManagersShowsTheirCombinedProgressAndEvents() async throws {
         let small = FaultInjectingServer.body(size: 100_000, seed: 12)
         try await FaultInjectingServer.withServer(resources: [
-            "/photo": .init(body: small), "/video": .init(body: Self.body),
+            "/photo": .init(body: small, chunkSize: 10_000, chunkDelay: .milliseconds(2)),
+            "/video": .init(body: Self.body),
         ]) {
             server in
             try await withTemporaryDirectory { folder in
@@ -97,14 +100,19 @@ struct LibrarySurfaceTests {
                 try await TransferManager.withTransferManager(configuration: .testing()) { photos in
                     try await TransferManager.withTransferManager(configuration: .testing()) { videos in
                         let group = TransferManagerGroup([photos, videos])
+                        let (listening, listens) = AsyncStream<Void>.makeStream()
                         try await withThrowingTaskGroup(of: Void.self) { tasks in
                             tasks.addTask {
+                                // Nothing suspends between here and the subscription, at the start of forEachEvent.
+                                listens.yield()
                                 await group.forEachEvent { index, event in
                                     if case .finished = event.kind {
                                         seen.withLockedValue { $0[index, default: 0] += 1 }
                                     }
                                 }
                             }
+                            // Events reach a group's loop from when it subscribes: the transfers start after.
+                            for await _ in listening { break }
                             _ = try await photos.enqueue(TransferRequest(url: server.url("/photo"), into: folder))
                                 .report()
                             _ = try await videos.enqueue(TransferRequest(url: server.url("/video"), into: folder))

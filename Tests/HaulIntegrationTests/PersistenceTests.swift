@@ -21,7 +21,7 @@ struct PersistenceTests {
         store: TransferStore
     ) async throws -> BatchReport {
         try await TransferManager.withTransferManager(configuration: self.configuration(store)) { manager in
-            let batch = try manager.enqueue([
+            let (batch, events) = try manager.enqueueWithEvents([
                 TransferRequest(url: server.url("/done"), into: folder),
                 TransferRequest(
                     url: server.url("/big"),
@@ -31,7 +31,7 @@ struct PersistenceTests {
             ])
             var bigStalled = false
             var doneFinished = false
-            for await event in batch.events {
+            for await event in events {
                 guard case .transfer(let transfer) = event else { continue }
                 if transfer.url.path == "/big", case .progressed(let progress) = transfer.kind,
                     progress.receivedBytes >= 60_000
@@ -143,8 +143,8 @@ struct PersistenceTests {
                 let request = TransferRequest(url: server.url("/done"), into: folder.appending(path: "out"))
                 let recorded = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
                     manager in
-                    let batch = try manager.enqueue([request])
-                    for await event in batch.events {
+                    let (_, events) = try manager.enqueueWithEvents([request])
+                    for await event in events {
                         if case .transfer(let transfer) = event, case .finished(.completed) = transfer.kind {
                             return try store.transfer(request.id)
                         }

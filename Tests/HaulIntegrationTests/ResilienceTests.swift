@@ -47,16 +47,16 @@ struct ResilienceTests {
             try await withTemporaryDirectory { folder in
                 let (report, events) = try await TransferManager.withTransferManager(configuration: configuration) {
                     manager in
-                    let batch = try manager.enqueue(
+                    let (batch, stream) = try manager.enqueueWithEvents([
                         TransferRequest(
                             url: server.url("/file"),
                             destination: .folder(folder),
                             checksum: checksum,
                             headers: headers
                         )
-                    )
+                    ])
                     var events: [TransferEvent.Kind] = []
-                    for await event in batch.events {
+                    for await event in stream {
                         if case .transfer(let transfer) = event { events.append(transfer.kind) }
                     }
                     return (await batch.report(), events)
@@ -155,11 +155,11 @@ struct ResilienceTests {
         try await withTemporaryDirectory { folder in
             let report = try await TransferManager.withTransferManager(configuration: .retrying(attempts: 2)) {
                 manager in
-                let batch = try manager.enqueue(
+                let (batch, events) = try manager.enqueueWithEvents([
                     TransferRequest(url: URL(string: "http://127.0.0.1:\(port)/x")!, into: folder)
-                )
+                ])
                 var retried = false
-                for await event in batch.events {
+                for await event in events {
                     if case .transfer(let transfer) = event, case .retrying = transfer.kind { retried = true }
                 }
                 #expect(retried)

@@ -36,6 +36,19 @@ extension TransferManager.Configuration {
     }
 }
 
+extension TransferManager {
+    /// Enqueues `requests` as one batch whose events are asked for before its first transfer is added: a batch's
+    /// events begin when first asked for, and a transfer may start, and end, on an event loop before `enqueue`
+    /// returns. The stream begins with the transfers' `queued` events.
+    func enqueueWithEvents(_ requests: [TransferRequest]) throws -> (Batch, AsyncStream<BatchEvent>) {
+        let batch = try self.makeBatch()
+        let events = batch.events
+        try batch.add(contentsOf: requests)
+        batch.seal()
+        return (batch, events)
+    }
+}
+
 extension Batch {
     /// Waits for the first event of the batch that satisfies `predicate`.
     func firstEvent(where predicate: (BatchEvent) -> Bool) async -> BatchEvent? {

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Foundation
 import HaulTesting
 import Testing
 
@@ -32,7 +33,7 @@ struct ReadSizeTests {
             var largest = 0
             var received = 0
             do {
-                let response = try await transport.get(server.url("/big"), headers: [])
+                let response = try await transport.send(.GET, server.url("/big"), headers: [], body: nil)
                 // Let the server fill the socket's buffer, so that reads can fill theirs.
                 try await Task.sleep(for: .milliseconds(100))
                 for try await chunk in response.body {
@@ -48,5 +49,97 @@ struct ReadSizeTests {
             #expect(largest > 64 * 1024)
             #expect(largest <= 1024 * 1024)
         }
+    }
+}
+
+@Suite("A download's body written on its event loop")
+struct ResponseStreamTests {
+    static let body = FaultInjectingServer.body(size: 3_000_000, seed: 9)
+
+    /// A plan for a body written to `path`, with no limits.
+    func plan(writingTo path: String) -> Download.Plan {
+        let url = URL(filePath: path)
+        return Download.Plan(
+            id: TransferID("stream-test"),
+            operation: .download,
+            url: URL(string: "http://127.0.0.1/")!,
+            headers: [],
+            folder: url.deletingLastPathComponent(),
+            folderPath: url.deletingLastPathComponent().path,
+            nameComponents: [url.lastPathComponent],
+            usesContentDisposition: false,
+            conflictPolicy: .overwrite,
+            expectedByteCount: nil,
+            checksum: nil,
+            computesSHA256: false,
+            validator: nil,
+            synchronizesFiles: false,
+            progress: ProgressCell(0),
+            maximumFileSize: nil,
+            lowSpeedLimit: nil,
+            idleTimeout: .seconds(10),
+            bandwidth: BandwidthLimiter(bytesPerSecond: nil),
+            transferBandwidth: nil,
+            hooks: TransferManager.Hooks(),
+            attempt: 1
+        )
+    }
+
+    /// Starts a GET of `resource`, waits `delay` before giving the body a writer, and returns what the file holds
+    /// and the error that ended the body, if any.
+    func receive(
+        _ resource: FaultInjectingServer.Resource,
+        attachingAfter delay: Duration
+    ) async throws -> (file: [UInt8], error: (any Error)?) {
+        try await FaultInjectingServer.withServer(resources: ["/f": resource]) { server in
+            let configuration = TransferManager.Configuration()
+            let client = HTTPTransport.makeClient(configuration)
+            let transport = HTTPTransport(client: client, configuration: configuration)
+            let path = FileManager.default.temporaryDirectory.appending(path: "haul-stream-\(UUID().uuidString)").path
+            defer { PartialFile.remove(path) }
+            var failure: (any Error)?
+            do {
+                let response = try await transport.stream(server.url("/f"), headers: [])
+                try await Task.sleep(for: delay)
+                let writer = BodyWriter(
+                    file: try PartialFile(openingAt: path),
+                    checksumDigester: nil,
+                    sha256Digester: nil,
+                    expectedBytes: nil,
+                    status: Int(response.head.status.code),
+                    plan: self.plan(writingTo: path)
+                )
+                do {
+                    try await response.receive(into: writer)
+                } catch {
+                    failure = error
+                }
+                try writer.flush()
+                writer.close()
+            } catch {
+                try await client.shutdown()
+                throw error
+            }
+            try await client.shutdown()
+            let file = (try? Data(contentsOf: URL(filePath: path))).map { [UInt8]($0) } ?? []
+            return (file, failure)
+        }
+    }
+
+    @Test func aBodyThatArrivesBeforeItsWriterReachesItWhole() async throws {
+        let (file, error) = try await self.receive(.init(body: Self.body), attachingAfter: .milliseconds(200))
+        #expect(error == nil)
+        let whole = file == Self.body
+        #expect(file.count == Self.body.count)
+        #expect(whole, "the file is the body")
+    }
+
+    @Test func bytesThatArrivedBeforeTheConnectionDroppedReachALateWriter() async throws {
+        let resource = FaultInjectingServer.Resource(body: Self.body, faults: [.closeConnection(afterBytes: 100_000)])
+        let (file, error) = try await self.receive(resource, attachingAfter: .milliseconds(200))
+        #expect(error != nil, "the body ended early")
+        let prefix = file == Array(Self.body.prefix(100_000))
+        #expect(file.count == 100_000)
+        #expect(prefix, "the file is what was sent before the cut")
     }
 }

@@ -76,9 +76,24 @@ struct HTTPTransport: Sendable {
     /// The read buffers' budget that ``maximumReadSize(concurrency:)`` shares out.
     static let readBufferBudget = 32 * 1024 * 1024
 
-    /// Sends a GET, follows redirects, and returns the final response once its head has arrived.
-    func get(_ url: URL, headers: [(name: String, value: String)]) async throws -> HTTPClientResponse {
-        try await self.send(.GET, url, headers: headers, body: nil)
+    /// Sends a GET, follows redirects, and returns the final response once its head has arrived; its body goes to
+    /// a ``BodyWriter`` on the connection's event loop (``ResponseStream``).
+    func stream(_ url: URL, headers: [(name: String, value: String)]) async throws -> ResponseStream.Started {
+        try await self.following(.GET, url, headers: headers) { current, headers in
+            let request = try HTTPClient.Request(
+                url: current,
+                method: .GET,
+                headers: HTTPHeaders(headers.map { ($0.name, $0.value) })
+            )
+            do {
+                let started = try await ResponseStream.start(request, on: self.client)
+                return (started, started.head.status.code, started.head.headers.first(name: "location"))
+            } catch {
+                throw Self.haulError(for: error, url: current, receivedBody: false)
+            }
+        } leaving: { redirect in
+            redirect.discard()
+        }
     }
 
     /// Sends a request, follows redirects, and returns the final response once its head has arrived.
@@ -94,6 +109,37 @@ struct HTTPTransport: Sendable {
         headers: [(name: String, value: String)],
         body: (@Sendable () throws -> HTTPClientRequest.Body)?
     ) async throws -> HTTPClientResponse {
+        try await self.following(method, url, headers: headers) { current, headers in
+            var request = HTTPClientRequest(url: current.absoluteString)
+            request.method = method
+            for (name, value) in headers { request.headers.add(name: name, value: value) }
+            if let body { request.body = try body() }
+            // No deadline of the client's: the connect timeout covers connecting (with TLS), and the read timeout a
+            // server that stays silent, before its head as after it (`idleTimeout`, tested on new and kept-alive
+            // connections); an upload's body has its own idle timeout while it is sent. With a deadline (connect +
+            // idle timeout) the event loops woke more often (2,000 small files: 2,727 against 2,382 `epoll_wait`
+            // calls): without the store 12-21 ms of wall time and 6-25 ms of CPU more, with it inside the noise.
+            do {
+                let response = try await self.client.execute(request, deadline: .distantFuture)
+                return (response, response.status.code, response.headers.first(name: "location"))
+            } catch {
+                throw Self.haulError(for: error, url: current, receivedBody: false)
+            }
+        } leaving: { _ in
+            // A redirect's response dropped unread: the client ends its body.
+        }
+    }
+
+    /// The redirect loop of ``send(_:_:headers:body:)`` and ``stream(_:headers:)``: `exchange` sends one request and
+    /// returns its response once the head has arrived, with its status and `Location`; `leaving` ends a redirect's
+    /// response that is not returned.
+    private func following<Response>(
+        _ method: HTTPMethod,
+        _ url: URL,
+        headers: [(name: String, value: String)],
+        exchange: (URL, [(name: String, value: String)]) async throws -> (Response, status: UInt, location: String?),
+        leaving: (Response) -> Void
+    ) async throws -> Response {
         try Self.checkScheme(of: url, redirected: false)
         let followed: Set<UInt> = method == .GET ? [301, 302, 303, 307, 308] : [307, 308]
         var current = url
@@ -101,35 +147,19 @@ struct HTTPTransport: Sendable {
         var visited: Set<String> = [url.absoluteString]
         var redirects = 0
         while true {
-            var request = HTTPClientRequest(url: current.absoluteString)
-            request.method = method
-            for (name, value) in headers { request.headers.add(name: name, value: value) }
-            if let body { request.body = try body() }
-            let response: HTTPClientResponse
-            // No deadline of the client's: the connect timeout covers connecting (with TLS), and the read timeout a
-            // server that stays silent, before its head as after it (`idleTimeout`, tested on new and kept-alive
-            // connections); an upload's body has its own idle timeout while it is sent. With a deadline (connect +
-            // idle timeout) the event loops woke more often (2,000 small files: 2,727 against 2,382 `epoll_wait`
-            // calls): without the store 12-21 ms of wall time and 6-25 ms of CPU more, with it inside the noise.
-            do {
-                response = try await self.client.execute(request, deadline: .distantFuture)
-            } catch {
-                throw Self.haulError(for: error, url: current, receivedBody: false)
-            }
-            guard followed.contains(response.status.code), let location = response.headers.first(name: "location")
-            else { return response }
-
+            let (response, status, location) = try await exchange(current, headers)
+            guard followed.contains(status), let location else { return response }
+            leaving(response)
             let hop = try self.nextHop(
                 from: current,
                 location: location,
-                status: Int(response.status.code),
+                status: Int(status),
                 redirects: redirects,
                 visited: &visited
             )
             if hop.dropsSecrets { headers.removeAll { self.secretHeaderNames.contains($0.name.lowercased()) } }
-            let target = hop.target
             redirects += 1
-            current = target
+            current = hop.target
         }
     }
 
@@ -148,13 +178,19 @@ struct HTTPTransport: Sendable {
     /// The error for a response whose status is not a success, with the server's `Retry-After` and, when it sent
     /// one, the start of its explanation.
     static func statusError(_ response: HTTPClientResponse, body: String?) -> HaulError {
-        let status = Int(response.status.code)
-        var message = "The server answered \(status) \(response.status.reasonPhrase)"
+        self.statusError(response.status, response.headers, body: body)
+    }
+
+    /// The error for a response's head whose status is not a success, with the server's `Retry-After`, and the
+    /// start of its explanation when it sent one.
+    static func statusError(_ status: HTTPResponseStatus, _ headers: HTTPHeaders, body: String?) -> HaulError {
+        let code = Int(status.code)
+        var message = "The server answered \(code) \(status.reasonPhrase)"
         let detail = (body ?? "").split(whereSeparator: \.isNewline).first.map { String($0.prefix(200)) } ?? ""
-        let isText = response.headers.first(name: "content-type").map { $0.hasPrefix("text/plain") } ?? false
+        let isText = headers.first(name: "content-type").map { $0.hasPrefix("text/plain") } ?? false
         if isText, !detail.trimmingCharacters(in: .whitespaces).isEmpty { message += ": \(detail)" }
-        var error = HaulError(.httpStatus, message, httpStatus: status)
-        error.retryAfter = response.headers.first(name: "retry-after").flatMap { RetryAfter.delay($0, now: Date()) }
+        var error = HaulError(.httpStatus, message, httpStatus: code)
+        error.retryAfter = headers.first(name: "retry-after").flatMap { RetryAfter.delay($0, now: Date()) }
         return error
     }
 

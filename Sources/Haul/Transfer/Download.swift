@@ -221,43 +221,170 @@ extension Download {
             requestURL = prepared.url
             headers = prepared.headers + headers.dropFirst(plan.headers.count)
         }
-        let response = try await transport.get(requestURL, headers: headers)
-        let status = Int(response.status.code)
+        let response = try await transport.stream(requestURL, headers: headers)
+        let status = Int(response.head.status.code)
+        // Until its body has a writer, every way out gives the response up (its connection closes), before a restart
+        // sends the next request.
+        let accepted: HeadAcceptance
+        do {
+            accepted = try self.accept(
+                response.head,
+                plan: &plan,
+                partPath: &partPath,
+                offset: &offset,
+                sentRange: sentRange,
+                observer: observer
+            )
+        } catch {
+            response.abandon()
+            throw error
+        }
+        let (validator, expectedBytes, completeWithoutBody): (Validator, Int64?, Bool)
+        switch accepted {
+        case .restart(let reason):
+            response.abandon()
+            return try await self.restart(
+                plan,
+                transport: transport,
+                observer: observer,
+                mayRestart: mayRestart,
+                reason: reason
+            )
+        case .outcome(let outcome):
+            response.abandon()
+            return outcome
+        case .body(let accepted, let length, let noBody):
+            (validator, expectedBytes, completeWithoutBody) = (accepted, length, noBody)
+        }
+        observer.responseAccepted(plan.id, validator: validator, expectedBytes: expectedBytes, receivedBytes: offset)
+        let writer: BodyWriter
+        do {
+            writer = try self.makeWriter(
+                plan,
+                partPath: partPath,
+                offset: offset,
+                expectedBytes: expectedBytes,
+                status: status,
+                observer: observer
+            )
+        } catch {
+            response.abandon()
+            throw error
+        }
+
+        if completeWithoutBody {
+            response.discard()
+        } else {
+            do {
+                try await response.receive(into: writer)
+            } catch {
+                try? writer.flush()
+                throw HTTPTransport.haulError(for: error, url: plan.url, receivedBody: writer.receivedAny)
+            }
+            try writer.flush()
+            // A cancelled attempt never publishes, whatever the body's end looked like.
+            try Task.checkCancellation()
+        }
+        let byteCount = writer.size
+        if let expected = expectedBytes, byteCount != expected {
+            throw HaulError(
+                .incompleteBody,
+                "Received \(byteCount) of \(expected) bytes",
+                httpStatus: status
+            )
+        }
+        let checksumDigest = writer.checksumDigester?.finalize()
+        var verificationError: HaulError?
+        if let expected = plan.expectedByteCount, byteCount != expected {
+            verificationError = HaulError(
+                .sizeMismatch,
+                "Expected \(expected) bytes but received \(byteCount)",
+                httpStatus: status
+            )
+        } else if let checksum = plan.checksum, checksumDigest != checksum.hexDigest {
+            verificationError = HaulError(
+                .checksumMismatch,
+                "The file's \(checksum.algorithm) is \(checksumDigest ?? "?"), expected \(checksum.hexDigest)",
+                httpStatus: status
+            )
+        }
+        if let verificationError {
+            writer.close()
+            // A resumed file may splice two versions; one fresh download tells whether the source itself is wrong.
+            guard offset > 0 else {
+                PartialFile.remove(partPath)
+                throw verificationError
+            }
+            return try await self.restart(
+                plan,
+                transport: transport,
+                observer: observer,
+                mayRestart: mayRestart,
+                reason: "the resumed file failed verification (\(verificationError.message))",
+                failure: verificationError
+            )
+        }
+        if plan.synchronizesFiles { try writer.file!.synchronize() }
+        // Read from the open file unless a validator hook may still touch it.
+        let modified = plan.hooks.validatesFile == nil ? writer.file!.modificationTime() : nil
+        writer.close()
+        if let validates = plan.hooks.validatesFile, !validates(plan.id, URL(filePath: partPath)) {
+            PartialFile.remove(partPath)
+            throw HaulError(.validationFailed, "The file validator rejected the file", httpStatus: status)
+        }
+        let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : writer.sha256Digester?.finalize()
+        return try await self.publish(
+            plan,
+            partPath: partPath,
+            byteCount: byteCount,
+            sha256: sha256,
+            modified: modified,
+            observer: observer
+        )
+    }
+
+    /// What a response's head means for the attempt.
+    private enum HeadAcceptance {
+        /// Its body continues or replaces the partial file: the validators to record, the file's complete length
+        /// when known, and whether the file is already complete (a 416 for a range at its end).
+        case body(Validator, expectedBytes: Int64?, completeWithoutBody: Bool)
+        /// The partial file cannot be continued: start over, for this reason.
+        case restart(reason: String)
+        /// The attempt ends without the body (a `Content-Disposition` name that exists and the policy keeps).
+        case outcome(AttemptOutcome)
+    }
+
+    /// Checks a response's head against the attempt: its status (and the caller's status hook), a range's answer,
+    /// the announced length against the limits, and a `Content-Disposition` name (which changes `plan`'s name and
+    /// `partPath`). A whole file sent instead of a range removes the partial file and sets `offset` to zero.
+    private static func accept(
+        _ head: HTTPResponseHead,
+        plan: inout Plan,
+        partPath: inout String,
+        offset: inout Int64,
+        sentRange: Bool,
+        observer: some Observer
+    ) throws -> HeadAcceptance {
+        let status = Int(head.status.code)
         if (200...299).contains(status) { try plan.checkStatusHook(status) }
 
-        var validator = Validator(response.headers)
+        var validator = Validator(head.headers)
         var expectedBytes: Int64?
         var completeWithoutBody = false
         switch status {
         case 206 where sentRange:
-            let contentRange = response.headers.first(name: "content-range").flatMap(ContentRange.init(parsing:))
+            let contentRange = head.headers.first(name: "content-range").flatMap(ContentRange.init(parsing:))
             let known = plan.validator
             let sameValidator = known?.etag == nil || validator.etag == known?.etag
             guard let contentRange, contentRange.range?.lowerBound == offset, let length = contentRange.completeLength,
                 known?.completeLength == nil || known?.completeLength == length, sameValidator
-            else {
-                return try await self.restart(
-                    plan,
-                    transport: transport,
-                    observer: observer,
-                    mayRestart: mayRestart,
-                    reason: "the server's Content-Range did not continue the partial file"
-                )
-            }
+            else { return .restart(reason: "the server's Content-Range did not continue the partial file") }
             expectedBytes = length
         case 416 where sentRange:
-            let contentRange = response.headers.first(name: "content-range").flatMap(ContentRange.init(parsing:))
+            let contentRange = head.headers.first(name: "content-range").flatMap(ContentRange.init(parsing:))
             guard let contentRange, contentRange.range == nil, contentRange.completeLength == offset,
                 plan.validator?.completeLength == nil || plan.validator?.completeLength == offset
-            else {
-                return try await self.restart(
-                    plan,
-                    transport: transport,
-                    observer: observer,
-                    mayRestart: mayRestart,
-                    reason: "the server refused the range of the partial file"
-                )
-            }
+            else { return .restart(reason: "the server refused the range of the partial file") }
             validator = plan.validator ?? validator
             expectedBytes = offset
             completeWithoutBody = true
@@ -267,7 +394,7 @@ extension Download {
                 offset = 0
                 observer.restarted(plan.id, reason: "the server sent the whole file instead of the requested range")
             }
-            if let header = response.headers.first(name: "content-length") {
+            if let header = head.headers.first(name: "content-length") {
                 guard let length = Int64(header), length >= 0, header.allSatisfy(\.isASCII) else {
                     throw HaulError(
                         .invalidResponse,
@@ -278,7 +405,7 @@ extension Download {
                 expectedBytes = length
             }
         default:
-            throw HTTPTransport.statusError(response, body: nil)
+            throw HTTPTransport.statusError(head.status, head.headers, body: nil)
         }
         validator.completeLength = expectedBytes
         if let maximum = plan.maximumFileSize, let announced = expectedBytes, announced > maximum {
@@ -296,15 +423,27 @@ extension Download {
             )
         }
         if plan.usesContentDisposition,
-            let header = response.headers.first(name: "content-disposition"),
+            let header = head.headers.first(name: "content-disposition"),
             let offered = ContentDisposition.fileName(in: header),
             let name = FileNaming.sanitizedName(offered)
         {
             plan.nameComponents[plan.nameComponents.count - 1] = name
-            if let outcome = self.existingFileOutcome(plan.nameComponents, plan) { return outcome }
+            if let outcome = self.existingFileOutcome(plan.nameComponents, plan) { return .outcome(outcome) }
             partPath = plan.partPath
         }
-        observer.responseAccepted(plan.id, validator: validator, expectedBytes: expectedBytes, receivedBytes: offset)
+        return .body(validator, expectedBytes: expectedBytes, completeWithoutBody: completeWithoutBody)
+    }
+
+    /// Opens the partial file at `offset` (emptying one left there without a validator) and makes the writer for the
+    /// body, its digests fed with what the file holds already.
+    private static func makeWriter(
+        _ plan: Plan,
+        partPath: String,
+        offset: Int64,
+        expectedBytes: Int64?,
+        status: Int,
+        observer: some Observer
+    ) throws -> BodyWriter {
         var file = try PartialFile(openingAt: partPath)
         if offset == 0, file.size > 0 {
             try file.startOver()
@@ -313,7 +452,6 @@ extension Download {
         guard file.size == offset else {
             throw HaulError(.fileSystem, "\(partPath) changed while it was being resumed")
         }
-
         var checksumDigester = plan.checksum.map { Digester($0.algorithm) }
         var sha256Digester = plan.computesSHA256 && plan.checksum?.algorithm != .sha256 ? Digester(.sha256) : nil
         if file.size > 0, checksumDigester != nil || sha256Digester != nil {
@@ -322,114 +460,13 @@ extension Download {
                 sha256Digester?.update(bytes)
             }
         }
-
-        if !completeWithoutBody {
-            let clock = ContinuousClock()
-            var receivedAny = false
-            var speedWindow = (start: clock.now, bytes: file.size)
-            do {
-                for try await chunk in response.body {
-                    receivedAny = true
-                    if checksumDigester != nil || sha256Digester != nil {
-                        chunk.withUnsafeReadableBytes { bytes in
-                            checksumDigester?.update(bytes)
-                            sha256Digester?.update(bytes)
-                        }
-                    }
-                    try file.append(chunk)
-                    if let expected = expectedBytes, file.size > expected {
-                        throw HaulError(
-                            .sizeMismatch,
-                            "The server sent more than the \(expected) bytes it announced",
-                            httpStatus: status
-                        )
-                    }
-                    if let maximum = plan.maximumFileSize, file.size > maximum {
-                        PartialFile.remove(partPath)
-                        throw HaulError(
-                            .fileTooLarge,
-                            "The file grew past the maximum of \(maximum) bytes",
-                            httpStatus: status
-                        )
-                    }
-                    plan.progress.store(file.size)
-                    try await plan.throttle(chunk.readableBytes)
-                    if let floor = plan.lowSpeedLimit, clock.now - speedWindow.start >= floor.duration {
-                        let now = clock.now
-                        let rate = Double(file.size - speedWindow.bytes) / (now - speedWindow.start).seconds
-                        if rate < Double(floor.bytesPerSecond) {
-                            throw HaulError(
-                                .timedOut,
-                                "Slower than \(floor.bytesPerSecond) bytes/s for \(floor.duration) (\(Int(rate)) bytes/s)"
-                            )
-                        }
-                        speedWindow = (now, file.size)
-                    }
-                }
-            } catch {
-                try? file.flush()
-                throw HTTPTransport.haulError(for: error, url: plan.url, receivedBody: receivedAny)
-            }
-            try file.flush()
-            // A body iterator may end quietly when its task is cancelled (a pause or a cancel): without a length to
-            // compare, a cut chunked body would look complete. A cancelled attempt never publishes.
-            try Task.checkCancellation()
-        }
-        let byteCount = file.size
-        if let expected = expectedBytes, byteCount != expected {
-            throw HaulError(
-                .incompleteBody,
-                "Received \(byteCount) of \(expected) bytes",
-                httpStatus: status
-            )
-        }
-        let checksumDigest = checksumDigester?.finalize()
-        var verificationError: HaulError?
-        if let expected = plan.expectedByteCount, byteCount != expected {
-            verificationError = HaulError(
-                .sizeMismatch,
-                "Expected \(expected) bytes but received \(byteCount)",
-                httpStatus: status
-            )
-        } else if let checksum = plan.checksum, checksumDigest != checksum.hexDigest {
-            verificationError = HaulError(
-                .checksumMismatch,
-                "The file's \(checksum.algorithm) is \(checksumDigest ?? "?"), expected \(checksum.hexDigest)",
-                httpStatus: status
-            )
-        }
-        if let verificationError {
-            _ = consume file
-            // A resumed file may splice two versions; one fresh download tells whether the source itself is wrong.
-            guard offset > 0 else {
-                PartialFile.remove(partPath)
-                throw verificationError
-            }
-            return try await self.restart(
-                plan,
-                transport: transport,
-                observer: observer,
-                mayRestart: mayRestart,
-                reason: "the resumed file failed verification (\(verificationError.message))",
-                failure: verificationError
-            )
-        }
-        if plan.synchronizesFiles { try file.synchronize() }
-        // Read from the open file unless a validator hook may still touch it.
-        let modified = plan.hooks.validatesFile == nil ? file.modificationTime() : nil
-        _ = consume file
-        if let validates = plan.hooks.validatesFile, !validates(plan.id, URL(filePath: partPath)) {
-            PartialFile.remove(partPath)
-            throw HaulError(.validationFailed, "The file validator rejected the file", httpStatus: status)
-        }
-        let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : sha256Digester?.finalize()
-        return try await self.publish(
-            plan,
-            partPath: partPath,
-            byteCount: byteCount,
-            sha256: sha256,
-            modified: modified,
-            observer: observer
+        return BodyWriter(
+            file: file,
+            checksumDigester: checksumDigester,
+            sha256Digester: sha256Digester,
+            expectedBytes: expectedBytes,
+            status: status,
+            plan: plan
         )
     }
 

@@ -1,0 +1,155 @@
+import AsyncHTTPClient
+import NIOCore
+import NIOHTTP1
+
+/// A download's response through the client's delegate API: the attempt's task awaits the head, checks it, and then
+/// attaches a ``BodyWriter``, which the request's event loop feeds each chunk as it arrives, or gives the response
+/// up. The body never crosses to the task: one hand-off for the head and one for the end, instead of one for each
+/// chunk the task waits for (see docs/benchmarks.md).
+///
+/// What arrives while the task checks the head is kept (up to ``bufferLimit``, then the client stops reading) and
+/// goes to the writer first, even when the connection has failed since: bytes that arrived before a cut are never
+/// lost to the partial file. The client reads no next chunk while the bandwidth limits ask to wait.
+final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
+    // @unchecked: everything but the promise of the head is touched on `eventLoop` only, where the client calls its
+    // delegate (one call at a time) and where the task's calls are submitted.
+    typealias Response = Void
+
+    /// How many bytes are kept before the task attaches its writer; past it the client stops reading. One read of
+    /// the largest size (``HTTPTransport/maximumReadSize(concurrency:)``).
+    static let bufferLimit = 1024 * 1024
+
+    let eventLoop: any EventLoop
+    private let headPromise: EventLoopPromise<HTTPResponseHead>
+    private var state = State.buffering([], bytes: 0, demand: nil)
+
+    /// Where the body goes.
+    private enum State {
+        /// No writer yet: what arrived, its size, and the client's wait for the next chunk once it passed the limit.
+        case buffering([ByteBuffer], bytes: Int, demand: EventLoopPromise<Void>?)
+        /// Into the task's writer.
+        case writing(BodyWriter)
+        /// Nowhere: read and dropped.
+        case discarding
+    }
+
+    init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+        self.headPromise = eventLoop.makePromise()
+    }
+
+    func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        self.headPromise.succeed(head)
+        return self.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        switch self.state {
+        case .writing(let writer):
+            do {
+                return self.afterWait(try writer.receive(buffer))
+            } catch {
+                return self.eventLoop.makeFailedFuture(error)
+            }
+        case .discarding:
+            return self.eventLoop.makeSucceededVoidFuture()
+        case .buffering(var parts, var bytes, let demand):
+            parts.append(buffer)
+            bytes += buffer.readableBytes
+            guard bytes >= Self.bufferLimit else {
+                self.state = .buffering(parts, bytes: bytes, demand: demand)
+                return self.eventLoop.makeSucceededVoidFuture()
+            }
+            let wait = self.eventLoop.makePromise(of: Void.self)
+            self.state = .buffering(parts, bytes: bytes, demand: wait)
+            return wait.futureResult
+        }
+    }
+
+    func didReceiveError(task: HTTPClient.Task<Void>, _ error: any Error) {
+        // Completing a completed promise does nothing: an error after the head is the task's to find at the end.
+        self.headPromise.fail(error)
+    }
+
+    func didFinishRequest(task: HTTPClient.Task<Void>) throws {}
+
+    /// A future that succeeds after `delay`.
+    private func afterWait(_ delay: Duration) -> EventLoopFuture<Void> {
+        guard delay > .zero else { return self.eventLoop.makeSucceededVoidFuture() }
+        return self.eventLoop.scheduleTask(in: .nanoseconds(delay.nanoseconds)) {}.futureResult
+    }
+
+    /// On the event loop: `writer` takes what arrived so far, then the rest as it comes. Returns the response's end.
+    private func attach(_ writer: BodyWriter, request: HTTPClient.Task<Void>) -> EventLoopFuture<Void> {
+        guard case .buffering(let parts, _, let demand) = self.state else {
+            preconditionFailure("a response's body was given a writer twice")
+        }
+        self.state = .writing(writer)
+        var delay = Duration.zero
+        do {
+            for part in parts { delay = try writer.receive(part) }
+        } catch {
+            request.fail(reason: error)
+            demand?.fail(error)
+            return self.eventLoop.makeFailedFuture(error)
+        }
+        demand?.completeWith(self.afterWait(delay))
+        return request.futureResult
+    }
+
+    /// On the event loop: the body is dropped from now on.
+    private func drop() {
+        if case .buffering(_, _, let demand) = self.state { demand?.succeed() }
+        self.state = .discarding
+    }
+
+    /// A response whose head has arrived. Every path must end it: ``receive(into:)``, ``discard()`` or
+    /// ``abandon()``.
+    struct Started: Sendable {
+        let head: HTTPResponseHead
+        let stream: ResponseStream
+        let request: HTTPClient.Task<Void>
+
+        /// Feeds the body into `writer` on the event loop, what arrived already first; returns when the response
+        /// has ended, throws what ended it otherwise (the writer's own error, or the client's). Cancelling the task
+        /// cancels the request.
+        func receive(into writer: BodyWriter) async throws {
+            let stream = self.stream
+            let request = self.request
+            let end = stream.eventLoop.flatSubmit { stream.attach(writer, request: request) }
+            try await withTaskCancellationHandler {
+                try await end.get()
+            } onCancel: {
+                request.cancel()
+            }
+        }
+
+        /// Reads the body and drops it, so that the connection can serve the next request (a redirect's body).
+        func discard() {
+            let stream = self.stream
+            stream.eventLoop.execute { stream.drop() }
+        }
+
+        /// Gives the response up without its body: the connection closes.
+        func abandon() {
+            self.request.cancel()
+            self.discard()
+        }
+    }
+
+    /// Sends `request` on `client` and returns once the response's head has arrived; cancelling the task cancels the
+    /// request.
+    static func start(_ request: HTTPClient.Request, on client: HTTPClient) async throws -> Started {
+        let eventLoop = client.eventLoopGroup.any()
+        let stream = ResponseStream(eventLoop: eventLoop)
+        let task = client.execute(request: request, delegate: stream, eventLoop: .delegate(on: eventLoop), logger: nil)
+        // A request the client refuses outright (it is shutting down) fails its task without telling the delegate.
+        task.futureResult.whenFailure { error in stream.didReceiveError(task: task, error) }
+        let head = try await withTaskCancellationHandler {
+            try await stream.headPromise.futureResult.get()
+        } onCancel: {
+            task.cancel()
+        }
+        return Started(head: head, stream: stream, request: task)
+    }
+}
