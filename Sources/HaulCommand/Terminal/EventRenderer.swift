@@ -98,7 +98,10 @@ enum Summary {
     /// Prints the summary: on standard output, or on standard error with `--json` (standard output is for events);
     /// with `--quiet`, only the failure lines.
     static func print(_ report: BatchReport, elapsed: Duration, json: Bool, quiet: Bool) {
-        for line in self.lines(for: report, elapsed: elapsed) where !(quiet && !line.hasPrefix("FAILED")) {
+        // Quiet, the totals line is not even made: its number formatting's first use in the process costs about
+        // 0.3 ms, a tenth of the command's own start-up work on one file.
+        let lines = quiet ? self.failureLines(for: report) : self.lines(for: report, elapsed: elapsed)
+        for line in lines {
             if json { Get.printError(line) } else { Get.printOutput(line) }
         }
     }
@@ -111,15 +114,18 @@ enum Summary {
         if tally.skipped > 0 { counts.append("\(tally.skipped) skipped") }
         counts.append("\(tally.failed) failed")
         if tally.cancelled > 0 { counts.append("\(tally.cancelled) cancelled") }
-        var lines = [
+        let totals =
             "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes)) in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(bytes) / seconds)))"
-        ]
-        for item in report.items {
-            guard case .failed(let error) = item.result else { continue }
+        return [totals] + self.failureLines(for: report)
+    }
+
+    /// A line for each failed item, in the report's order.
+    static func failureLines(for report: BatchReport) -> [String] {
+        report.items.compactMap { item in
+            guard case .failed(let error) = item.result else { return nil }
             let status = error.httpStatus.map { " [HTTP \($0)]" } ?? ""
-            lines.append("FAILED \(item.url.absoluteString): \(error.message)\(status)")
+            return "FAILED \(item.url.absoluteString): \(error.message)\(status)"
         }
-        return lines
     }
 }
 
