@@ -103,7 +103,8 @@ struct LibrarySurfaceTests {
                         let (listening, listens) = AsyncStream<Void>.makeStream()
                         try await withThrowingTaskGroup(of: Void.self) { tasks in
                             tasks.addTask {
-                                // Nothing suspends between here and the subscription, at the start of forEachEvent.
+                                // The subscription is forEachEvent's first step, right after this (and the
+                                // photo is sent over 20 ms, so that its events come after it).
                                 listens.yield()
                                 await group.forEachEvent { index, event in
                                     if case .finished = event.kind {

@@ -20,7 +20,6 @@ final class BodyWriter: @unchecked Sendable {
     /// The response's status, for errors.
     let status: Int
     private let plan: Download.Plan
-    private let clock = ContinuousClock()
     private var speedWindow: (start: ContinuousClock.Instant, bytes: Int64)
     /// Whether any part of the body arrived.
     private(set) var receivedAny = false
@@ -75,8 +74,9 @@ final class BodyWriter: @unchecked Sendable {
             )
         }
         self.plan.progress.store(size)
-        if let floor = self.plan.lowSpeedLimit, self.clock.now - self.speedWindow.start >= floor.duration {
-            let now = self.clock.now
+        if let floor = self.plan.lowSpeedLimit, case let now = ContinuousClock.now,
+            now - self.speedWindow.start >= floor.duration
+        {
             let rate = Double(size - self.speedWindow.bytes) / (now - self.speedWindow.start).seconds
             if rate < Double(floor.bytesPerSecond) {
                 throw HaulError(
@@ -86,10 +86,7 @@ final class BodyWriter: @unchecked Sendable {
             }
             self.speedWindow = (now, size)
         }
-        let count = chunk.readableBytes
-        let shared = self.plan.bandwidth.delay(for: count)
-        let own = self.plan.transferBandwidth?.delay(for: count) ?? .zero
-        return max(shared, own)
+        return self.plan.bandwidthDelay(for: chunk.readableBytes)
     }
 
     /// Writes what is pending to the file.

@@ -89,10 +89,16 @@ extension Download {
             }
         }
 
+        /// Takes `bytes` from the bandwidth limits now; returns how long they ask to wait before using them (the
+        /// longer of the manager's and the transfer's own).
+        func bandwidthDelay(for bytes: Int) -> Duration {
+            max(self.bandwidth.delay(for: bytes), self.transferBandwidth?.delay(for: bytes) ?? .zero)
+        }
+
         /// Waits as long as the bandwidth limits ask before `bytes` more may move.
         func throttle(_ bytes: Int) async throws {
-            try await self.bandwidth.consume(bytes)
-            try await self.transferBandwidth?.consume(bytes)
+            let delay = self.bandwidthDelay(for: bytes)
+            if delay > .zero { try await Task.sleep(for: delay) }
         }
 
         /// The final path for a name.

@@ -44,12 +44,6 @@ final class BandwidthLimiter: Sendable {
         self.bucket = NIOLockedValueBox(bytesPerSecond.map { TokenBucket(bytesPerSecond: $0, now: .now) })
     }
 
-    /// Waits as long as the limit asks before `bytes` more may be used; returns at once without a limit.
-    func consume(_ bytes: Int) async throws {
-        let delay = self.delay(for: bytes)
-        if delay > .zero { try await Task.sleep(for: delay) }
-    }
-
     /// Takes `bytes` from the limit now; returns how long to wait before using them (zero without a limit).
     func delay(for bytes: Int) -> Duration {
         self.bucket.withLockedValue { $0?.take(bytes, at: .now) } ?? .zero
