@@ -87,7 +87,7 @@ public final class TransferManager: Sendable {
         } catch {
             result = .failure(error)
         }
-        try? await client.shutdown()
+        try? await manager.transport.shutDown()
         return try result.get()
     }
 

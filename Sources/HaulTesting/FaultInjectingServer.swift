@@ -49,6 +49,9 @@ public final class FaultInjectingServer: Sendable {
         case rangeNotSatisfiable(completeLength: Int)
         /// Read the request and answer nothing, keeping the connection open.
         case noAnswer
+        /// Read the request and close the connection without answering (a kept-alive connection the server dropped
+        /// as the request arrived).
+        case closeWithoutAnswer
         /// Send a response head with a header this many bytes long.
         case hugeHeader(bytes: Int)
         /// Send two different `Content-Length` headers.
@@ -510,6 +513,9 @@ public final class FaultInjectingServer: Sendable {
             switch fault {
             case .noAnswer:
                 return  // Nothing, until the client gives up.
+            case .closeWithoutAnswer:
+                context.close(promise: nil)
+                return
             case .rangeNotSatisfiable(let length) where headers["range"] != nil:
                 self.sendText(
                     status: .rangeNotSatisfiable,

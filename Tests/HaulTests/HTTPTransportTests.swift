@@ -41,10 +41,10 @@ struct ReadSizeTests {
                     received += chunk.readableBytes
                 }
             } catch {
-                try await client.shutdown()
+                try await transport.shutDown()
                 throw error
             }
-            try await client.shutdown()
+            try await transport.shutDown()
             #expect(received == body.count)
             #expect(largest > 64 * 1024)
             #expect(largest <= 1024 * 1024)
@@ -117,10 +117,10 @@ struct ResponseStreamTests {
                 try writer.flush()
                 writer.close()
             } catch {
-                try await client.shutdown()
+                try await transport.shutDown()
                 throw error
             }
-            try await client.shutdown()
+            try await transport.shutDown()
             let file = (try? Data(contentsOf: URL(filePath: path))).map { [UInt8]($0) } ?? []
             return (file, failure)
         }

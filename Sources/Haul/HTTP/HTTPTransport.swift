@@ -4,10 +4,14 @@ import NIOCore
 import NIOHTTP1
 import Tracing
 
-/// The seam between Haul and AsyncHTTPClient: builds requests, runs them, and turns the client's errors into
+/// The seam between Haul and its HTTP connections: builds requests, runs them, and turns the connections' errors into
 /// ``HaulError``s. Everything above it speaks Haul's types only.
+///
+/// Plain-http downloads go through Haul's own connections (``ConnectionPool``); https, uploads and deletions through
+/// AsyncHTTPClient. Both run on the same event loops (the client's, SwiftNIO's singleton group).
 struct HTTPTransport: Sendable {
     let client: HTTPClient
+    let pool: ConnectionPool
     let maximumRedirects: Int
     let secretHeaderNames: Set<String>
     let trustedRedirectHosts: Set<String>
@@ -15,6 +19,7 @@ struct HTTPTransport: Sendable {
 
     init(client: HTTPClient, configuration: TransferManager.Configuration) {
         self.client = client
+        self.pool = ConnectionPool(group: client.eventLoopGroup, configuration: configuration)
         self.maximumRedirects = configuration.maximumRedirects
         self.secretHeaderNames = Set(configuration.secretHeaderNames.map { $0.lowercased() })
         self.trustedRedirectHosts = Set(configuration.trustedRedirectHosts.map { $0.lowercased() })
@@ -57,6 +62,12 @@ struct HTTPTransport: Sendable {
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
     }
 
+    /// Closes the connections; every transfer has ended.
+    func shutDown() async throws {
+        self.pool.shutDown()
+        try await self.client.shutdown()
+    }
+
     /// The most bytes a connection reads from its socket at once: 1 MiB, or a share of a 32 MiB budget over the
     /// transfers that may run at once when that is smaller (a power of two, at least 64 KiB, SwiftNIO's default).
     /// A connection's reads grow towards it only while each read fills its buffer, so slow or small bodies keep
@@ -77,9 +88,18 @@ struct HTTPTransport: Sendable {
     static let readBufferBudget = 32 * 1024 * 1024
 
     /// Sends a GET, follows redirects, and returns the final response once its head has arrived; its body goes to
-    /// a ``BodyWriter`` on the connection's event loop (``ResponseStream``).
+    /// a ``BodyWriter`` on the connection's event loop (``ResponseStream``). Plain http goes through Haul's own
+    /// connections (``ConnectionPool``), https through AsyncHTTPClient.
     func stream(_ url: URL, headers: [(name: String, value: String)]) async throws -> ResponseStream.Started {
         try await self.following(.GET, url, headers: headers) { current, headers in
+            if ConnectionPool.handles(current) {
+                do {
+                    let started = try await self.pool.start(current, headers: headers)
+                    return (started, started.head.status.code, started.head.headers.first(name: "location"))
+                } catch {
+                    throw Self.haulError(for: error, url: current, receivedBody: false)
+                }
+            }
             let request = try HTTPClient.Request(
                 url: current,
                 method: .GET,

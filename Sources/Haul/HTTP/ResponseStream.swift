@@ -9,7 +9,11 @@ import NIOHTTP1
 ///
 /// What arrives while the task checks the head is kept (up to ``bufferLimit``, then the client stops reading) and
 /// goes to the writer first, even when the connection has failed since: bytes that arrived before a cut are never
-/// lost to the partial file. The client reads no next chunk while the bandwidth limits ask to wait.
+/// lost to the partial file. The connection reads no next chunk while the bandwidth limits ask to wait.
+///
+/// Two kinds of connection feed it: AsyncHTTPClient's (https, as its delegate) and Haul's own plain-http ones
+/// (``HTTP1ConnectionHandler``), through the same three calls: ``headReceived(_:)``, ``bodyPartReceived(_:)`` and
+/// ``failed(_:)``.
 final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
     // @unchecked: everything but the promise of the head is touched on `eventLoop` only, where the client calls its
     // delegate (one call at a time) and where the task's calls are submitted.
@@ -38,12 +42,31 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         self.headPromise = eventLoop.makePromise()
     }
 
+    /// The response's head, or the error that ended the request before it.
+    var headArrival: EventLoopFuture<HTTPResponseHead> { self.headPromise.futureResult }
+
     func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
-        self.headPromise.succeed(head)
+        self.headReceived(head)
         return self.eventLoop.makeSucceededVoidFuture()
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        self.bodyPartReceived(buffer)
+    }
+
+    func didReceiveError(task: HTTPClient.Task<Void>, _ error: any Error) {
+        self.failed(error)
+    }
+
+    func didFinishRequest(task: HTTPClient.Task<Void>) throws {}
+
+    /// On the event loop: the response's head has arrived.
+    func headReceived(_ head: HTTPResponseHead) {
+        self.headPromise.succeed(head)
+    }
+
+    /// On the event loop: a part of the body has arrived. Returns when the connection may read the next.
+    func bodyPartReceived(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
         switch self.state {
         case .writing(let writer):
             do {
@@ -66,12 +89,11 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         }
     }
 
-    func didReceiveError(task: HTTPClient.Task<Void>, _ error: any Error) {
-        // Completing a completed promise does nothing: an error after the head is the task's to find at the end.
+    /// On the event loop: the request failed. Completing a completed promise does nothing: an error after the head
+    /// is the task's to find at the end (its request's ``ResponseRequest/futureResult``).
+    func failed(_ error: any Error) {
         self.headPromise.fail(error)
     }
-
-    func didFinishRequest(task: HTTPClient.Task<Void>) throws {}
 
     /// A future that succeeds after `delay`.
     private func afterWait(_ delay: Duration) -> EventLoopFuture<Void> {
@@ -80,7 +102,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
     }
 
     /// On the event loop: `writer` takes what arrived so far, then the rest as it comes. Returns the response's end.
-    private func attach(_ writer: BodyWriter, request: HTTPClient.Task<Void>) -> EventLoopFuture<Void> {
+    private func attach(_ writer: BodyWriter, request: any ResponseRequest) -> EventLoopFuture<Void> {
         guard case .buffering(let parts, _, let demand) = self.state else {
             preconditionFailure("a response's body was given a writer twice")
         }
@@ -93,8 +115,11 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
             demand?.fail(error)
             return self.eventLoop.makeFailedFuture(error)
         }
-        demand?.completeWith(self.afterWait(delay))
-        return request.futureResult
+        let wait = self.afterWait(delay)
+        demand?.completeWith(wait)
+        // The end waits for the bandwidth limits' wait after the parts that arrived before the writer: a body that
+        // arrived whole before it would otherwise pass unthrottled.
+        return request.futureResult.and(wait).map { _ in }
     }
 
     /// On the event loop: the body is dropped from now on.
@@ -108,7 +133,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
     struct Started: Sendable {
         let head: HTTPResponseHead
         let stream: ResponseStream
-        let request: HTTPClient.Task<Void>
+        let request: any ResponseRequest
 
         /// Feeds the body into `writer` on the event loop, what arrived already first; returns when the response
         /// has ended, throws what ended it otherwise (the writer's own error, or the client's). Cancelling the task
@@ -137,14 +162,14 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         }
     }
 
-    /// Sends `request` on `client` and returns once the response's head has arrived; cancelling the task cancels the
+    /// Sends `request` on AsyncHTTPClient's `client` and returns once the response's head has arrived; cancelling the task cancels the
     /// request.
     static func start(_ request: HTTPClient.Request, on client: HTTPClient) async throws -> Started {
         let eventLoop = client.eventLoopGroup.any()
         let stream = ResponseStream(eventLoop: eventLoop)
         let task = client.execute(request: request, delegate: stream, eventLoop: .delegate(on: eventLoop), logger: nil)
         // A request the client refuses outright (it is shutting down) fails its task without telling the delegate.
-        task.futureResult.whenFailure { error in stream.didReceiveError(task: task, error) }
+        task.futureResult.whenFailure { error in stream.failed(error) }
         let head = try await withTaskCancellationHandler {
             try await stream.headPromise.futureResult.get()
         } onCancel: {
@@ -153,3 +178,16 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         return Started(head: head, stream: stream, request: task)
     }
 }
+
+/// What ends, fails or cancels the request behind a ``ResponseStream``: AsyncHTTPClient's task, or an exchange on one
+/// of Haul's own connections (``HTTP1Exchange``).
+protocol ResponseRequest: Sendable {
+    /// Succeeds when the response has ended; fails with what ended it otherwise.
+    var futureResult: EventLoopFuture<Void> { get }
+    /// Stops the request: its connection closes, and ``futureResult`` fails with `HTTPClientError.cancelled`.
+    func cancel()
+    /// Stops the request with `reason`: its connection closes, and ``futureResult`` fails with it.
+    func fail(reason: any Error)
+}
+
+extension HTTPClient.Task: ResponseRequest where Response == Void {}

@@ -1,0 +1,196 @@
+import AsyncHTTPClient
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// Haul's own connections for plain-http downloads: SwiftNIO's HTTP/1.1 codec on keep-alive connections, one
+/// exchange at a time each (``HTTP1ConnectionHandler``), kept per origin between downloads. https, uploads and
+/// deletions go through AsyncHTTPClient (``HTTPTransport``).
+///
+/// Why a client of our own for these: on many small files the transfers' wall time was mostly the HTTP client's.
+/// AsyncHTTPClient alone, fetching and writing 2,000 files of 16 KiB, took 1.13× curl's time; SwiftNIO's codec on
+/// keep-alive connections, each file's work on its connection's event loop, 0.84× (`haul-http-floor`, see
+/// docs/benchmarks.md). The client's request path (its pool's state machine, a read-timeout timer rescheduled on every
+/// read, the URL parsed again, its connection's logger) costs more per request than fetching a small file does.
+///
+/// What it does as the client did for downloads: the connect timeout; the read timeout (a response silent for
+/// ``TransferManager/Configuration/idleTimeout``, before its head or during its body, fails with the client's
+/// `readTimeout`; an idle connection in the pool closes after as long); 1 MiB reads on fast bodies
+/// (``HTTPTransport/maximumReadSize(concurrency:)``); a request sent again once on a new connection when a kept-alive
+/// one turns out closed before any of the response arrived (a GET changes nothing on the server); the client's errors
+/// for the same failures. Redirects are ``HTTPTransport``'s, as before.
+final class ConnectionPool: Sendable {
+    /// Where a connection goes: the host (lower-cased) and port of an http URL.
+    struct Origin: Hashable, Sendable {
+        /// Lower-cased; an IPv6 address without its brackets.
+        let host: String
+        let port: Int
+
+        init(_ url: URL) {
+            var host = (url.host ?? "").lowercased()
+            if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            self.host = host
+            self.port = url.port ?? 80
+        }
+    }
+
+    private let group: any EventLoopGroup
+    private let connectTimeout: TimeAmount
+    private let idleTimeout: TimeAmount
+    private let readSize: Int
+    /// How many idle connections are kept for one origin; more close when their exchange ends.
+    private let maximumIdlePerOrigin: Int
+    private let state = NIOLockedValueBox(State())
+
+    private struct State {
+        /// The connections between exchanges, by origin; the last one given back is taken first.
+        var idle: [Origin: [any Channel]] = [:]
+        var isShutDown = false
+    }
+
+    init(group: any EventLoopGroup, configuration: TransferManager.Configuration) {
+        self.group = group
+        self.connectTimeout = .nanoseconds(configuration.connectTimeout.nanoseconds)
+        self.idleTimeout = .nanoseconds(configuration.idleTimeout.nanoseconds)
+        self.readSize = HTTPTransport.maximumReadSize(concurrency: configuration.maximumConcurrentTransfers)
+        self.maximumIdlePerOrigin = max(configuration.maximumConcurrentTransfers, 1)
+    }
+
+    /// Whether a URL goes through these connections: http with a host and no credentials in the URL (which
+    /// AsyncHTTPClient turns into an `Authorization` header).
+    static func handles(_ url: URL) -> Bool {
+        url.scheme?.lowercased() == "http" && url.user == nil && url.password == nil && !(url.host ?? "").isEmpty
+    }
+
+    /// Sends a GET of `url` with `headers` (and a `Host` header, unless they have one), and returns once the
+    /// response's head has arrived; the body goes to a ``BodyWriter`` on the connection's event loop. Cancelling the
+    /// task cancels the request.
+    func start(_ url: URL, headers: [(name: String, value: String)]) async throws -> ResponseStream.Started {
+        let origin = Origin(url)
+        let request = Self.requestHead(url, origin: origin, headers: headers)
+        let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? self.group.next()
+        var sentAgain = false
+        while true {
+            try Task.checkCancellation()
+            let idle = try self.checkOut(origin, preferring: loop)
+            let channel: any Channel
+            if let idle { channel = idle } else { channel = try await self.connect(origin, on: loop) }
+            let exchange = HTTP1Exchange(request: request, channel: channel)
+            exchange.channel.writeAndFlush(exchange).whenFailure { _ in
+                // The channel closed before its handler saw the request.
+                exchange.ended(with: HTTP1ConnectionHandler.StaleConnection())
+            }
+            do {
+                let head = try await withTaskCancellationHandler {
+                    try await exchange.stream.headArrival.get()
+                } onCancel: {
+                    exchange.cancel()
+                }
+                return ResponseStream.Started(head: head, stream: exchange.stream, request: exchange)
+            } catch is HTTP1ConnectionHandler.StaleConnection {
+                guard !sentAgain else { throw HTTPClientError.remoteConnectionClosed }
+                sentAgain = true
+            }
+        }
+    }
+
+    /// The request's head: the URL's path and query as they were written, `Host` first.
+    static func requestHead(_ url: URL, origin: Origin, headers: [(name: String, value: String)]) -> HTTPRequestHead {
+        var target = url.path(percentEncoded: true)
+        if target.isEmpty { target = "/" }
+        if let query = url.query(percentEncoded: true) { target += "?" + query }
+        var fields = HTTPHeaders()
+        fields.reserveCapacity(headers.count + 1)
+        if !headers.contains(where: { $0.name.lowercased() == "host" }) {
+            let host = origin.host.contains(":") ? "[\(origin.host)]" : origin.host
+            fields.add(name: "Host", value: origin.port == 80 ? host : "\(host):\(origin.port)")
+        }
+        for (name, value) in headers { fields.add(name: name, value: value) }
+        return HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: fields)
+    }
+
+    /// An idle connection to `origin`, one on `loop` if there is one; `nil` when none is idle.
+    private func checkOut(_ origin: Origin, preferring loop: any EventLoop) throws -> (any Channel)? {
+        try self.state.withLockedValue { state in
+            guard !state.isShutDown else { throw HTTPClientError.alreadyShutdown }
+            guard var channels = state.idle[origin] else { return nil }
+            channels.removeAll { !$0.isActive }
+            let index = channels.lastIndex { $0.eventLoop === loop } ?? channels.indices.last
+            let channel = index.map { channels.remove(at: $0) }
+            state.idle[origin] = channels.isEmpty ? nil : channels
+            return channel
+        }
+    }
+
+    /// A new connection to `origin` on `loop`. Cancelling the task ends the wait (a connection made after that
+    /// closes).
+    private func connect(_ origin: Origin, on loop: any EventLoop) async throws -> any Channel {
+        let readSize = self.readSize
+        let idleTimeout = self.idleTimeout
+        let bootstrap = ClientBootstrap(group: loop)
+            .connectTimeout(self.connectTimeout)
+            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            // As AsyncHTTPClient's connections are set up (``HTTPTransport/makeClient(_:)``): reads grow to 1 MiB on
+            // fast bodies, one per wake-up.
+            .channelOption(
+                ChannelOptions.recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: readSize)
+            )
+            .channelOption(ChannelOptions.maxMessagesPerRead, value: 1)
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHTTPClientHandlers()
+                    try pipeline.addHandler(IdleStateHandler(readTimeout: idleTimeout))
+                    try pipeline.addHandler(HTTP1ConnectionHandler(pool: self, origin: origin))
+                }
+            }
+        let connecting = bootstrap.connect(host: origin.host, port: origin.port)
+        let connected = loop.makePromise(of: (any Channel).self)
+        connecting.cascade(to: connected)
+        do {
+            return try await withTaskCancellationHandler {
+                try await connected.futureResult.get()
+            } onCancel: {
+                connected.fail(CancellationError())
+                connecting.whenSuccess { $0.close(promise: nil) }
+            }
+        } catch ChannelError.connectTimeout {
+            throw HTTPClientError.connectTimeout
+        }
+    }
+
+    /// Called by a connection's handler when its exchange ended and the connection may carry another.
+    func checkIn(_ channel: any Channel, of origin: Origin) {
+        let kept = self.state.withLockedValue { state in
+            guard !state.isShutDown, state.idle[origin, default: []].count < self.maximumIdlePerOrigin else {
+                return false
+            }
+            state.idle[origin, default: []].append(channel)
+            return true
+        }
+        if !kept { channel.close(promise: nil) }
+    }
+
+    /// Called by a connection's handler when its connection has closed.
+    func remove(_ channel: any Channel, of origin: Origin) {
+        self.state.withLockedValue { state in
+            guard var channels = state.idle[origin] else { return }
+            channels.removeAll { $0 === channel }
+            state.idle[origin] = channels.isEmpty ? nil : channels
+        }
+    }
+
+    /// Closes the idle connections; later requests fail. Exchanges under way go on to their end (the manager has
+    /// ended its transfers when it shuts the pool down).
+    func shutDown() {
+        let channels = self.state.withLockedValue { state in
+            state.isShutDown = true
+            defer { state.idle = [:] }
+            return state.idle.values.joined()
+        }
+        for channel in channels { channel.close(promise: nil) }
+    }
+}

@@ -1,0 +1,225 @@
+import AsyncHTTPClient
+import NIOCore
+import NIOHTTP1
+
+/// One GET on one of Haul's own plain-http connections: the request's head, the ``ResponseStream`` its response goes
+/// to, and the promise of the response's end. Started by writing it into its channel (``ConnectionPool``); ended by
+/// the channel's ``HTTP1ConnectionHandler``, on the channel's event loop.
+final class HTTP1Exchange: ResponseRequest {
+    let request: HTTPRequestHead
+    let stream: ResponseStream
+    let channel: any Channel
+    private let end: EventLoopPromise<Void>
+
+    init(request: HTTPRequestHead, channel: any Channel) {
+        self.request = request
+        self.channel = channel
+        self.stream = ResponseStream(eventLoop: channel.eventLoop)
+        self.end = channel.eventLoop.makePromise()
+    }
+
+    var futureResult: EventLoopFuture<Void> { self.end.futureResult }
+
+    func cancel() {
+        self.fail(reason: HTTPClientError.cancelled)
+    }
+
+    func fail(reason: any Error) {
+        self.channel.triggerUserOutboundEvent(
+            HTTP1ConnectionHandler.Abort(exchange: self, reason: reason),
+            promise: nil
+        )
+    }
+
+    /// On the event loop: the response has ended.
+    func finished() {
+        self.end.succeed()
+    }
+
+    /// On the event loop: the exchange failed with `error` (before its head or after it).
+    func ended(with error: any Error) {
+        self.stream.failed(error)
+        self.end.fail(error)
+    }
+}
+
+/// The handler at the end of each of Haul's plain-http connections (after SwiftNIO's HTTP/1.1 codec and a read
+/// timeout): it sends an exchange's request, hands the response to the exchange's ``ResponseStream`` as it arrives,
+/// reads no further while the stream asks to wait (the bandwidth limits, a body not yet given a writer), and at the
+/// end gives the connection back to its ``ConnectionPool`` or closes it. What it decides, it asks of
+/// ``HTTP1Connection/StateMachine``.
+final class HTTP1ConnectionHandler: ChannelDuplexHandler {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundIn = HTTP1Exchange
+    typealias OutboundOut = HTTPClientRequestPart
+
+    /// The caller's request to stop an exchange (``HTTP1Exchange/fail(reason:)``), as a user event on the channel.
+    struct Abort: Sendable {
+        let exchange: HTTP1Exchange
+        let reason: any Error
+    }
+
+    /// The connection closed before any of the response arrived, after it had served other exchanges, or before the
+    /// request could be written: the pool sends the request again on another connection.
+    struct StaleConnection: Error {}
+
+    private var machine = HTTP1Connection.StateMachine()
+    private var exchange: HTTP1Exchange?
+    private let pool: ConnectionPool
+    private let origin: ConnectionPool.Origin
+    /// Body parts handed to the stream whose "read on" has not come yet; while any is out, reads wait.
+    private var bodyPartsWaiting = 0
+    /// A read the channel asked for while reads wait.
+    private var readPending = false
+    /// The response's end, arrived while body parts wait: the exchange ends when they are through (as
+    /// AsyncHTTPClient's delegate contract has it), so that the bandwidth limits' last wait is served.
+    private var endPending = false
+
+    init(pool: ConnectionPool, origin: ConnectionPool.Origin) {
+        self.pool = pool
+        self.origin = origin
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let exchange = self.unwrapOutboundIn(data)
+        promise?.succeed()
+        switch self.machine.requestStarted() {
+        case .sendRequest:
+            self.exchange = exchange
+            context.write(self.wrapOutboundOut(.head(exchange.request)), promise: nil)
+            let sent = context.eventLoop.makePromise(of: Void.self)
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: sent)
+            sent.futureResult.assumeIsolated().whenFailure { error in
+                guard self.exchange === exchange else { return }
+                self.perform(self.machine.errorOccurred(), context: context, error: error)
+            }
+        case .refuseRequest:
+            exchange.ended(with: StaleConnection())
+        case .none, .deliver, .finishExchange, .failExchange, .close:
+            preconditionFailure("A request's start was answered with \(self.machine)")
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch self.unwrapInboundIn(data) {
+        case .head(let head):
+            let action = self.machine.headReceived(keepAlive: head.isKeepAlive)
+            if action == .deliver {
+                self.exchange?.stream.headReceived(head)
+            } else {
+                self.perform(action, context: context, error: nil)
+            }
+        case .body(let buffer):
+            let action = self.machine.bodyReceived()
+            guard action == .deliver, let exchange = self.exchange else {
+                return self.perform(action, context: context, error: nil)
+            }
+            self.bodyPartsWaiting += 1
+            exchange.stream.bodyPartReceived(buffer).assumeIsolated().whenComplete { result in
+                self.bodyPartsWaiting -= 1
+                if case .failure(let error) = result, self.exchange === exchange {
+                    return self.perform(self.machine.errorOccurred(), context: context, error: error)
+                }
+                guard self.bodyPartsWaiting == 0, self.exchange === exchange else { return }
+                if self.endPending {
+                    self.endPending = false
+                    self.perform(
+                        self.machine.endReceived(isActive: context.channel.isActive),
+                        context: context,
+                        error: nil
+                    )
+                } else if self.readPending, self.machine.state != .closed {
+                    self.readPending = false
+                    context.read()
+                }
+            }
+        case .end:
+            if self.bodyPartsWaiting > 0 {
+                self.endPending = true
+            } else {
+                self.perform(self.machine.endReceived(isActive: context.channel.isActive), context: context, error: nil)
+            }
+        }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if self.bodyPartsWaiting > 0 {
+            self.readPending = true
+        } else {
+            context.read()
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if self.endPending {
+            // The whole response arrived: it ends now, its waits cut short.
+            self.endPending = false
+            self.perform(self.machine.endReceived(isActive: false), context: context, error: nil)
+        }
+        self.perform(self.machine.connectionClosed(), context: context, error: nil)
+        self.pool.remove(context.channel, of: self.origin)
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.perform(self.machine.errorOccurred(), context: context, error: error)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
+            self.perform(self.machine.readTimedOut(), context: context, error: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        guard let abort = event as? Abort else {
+            return context.triggerUserOutboundEvent(event, promise: promise)
+        }
+        promise?.succeed()
+        // Late: an exchange that ended already, whose connection may carry another by now.
+        guard abort.exchange === self.exchange else { return }
+        self.perform(self.machine.errorOccurred(), context: context, error: abort.reason)
+    }
+
+    private func perform(
+        _ action: HTTP1Connection.StateMachine.Action,
+        context: ChannelHandlerContext,
+        error: (any Error)?
+    ) {
+        switch action {
+        case .none, .deliver, .sendRequest, .refuseRequest:
+            break
+        case .finishExchange(let reuse):
+            let exchange = self.exchange
+            self.exchange = nil
+            self.endPending = false
+            if reuse {
+                self.pool.checkIn(context.channel, of: self.origin)
+            } else {
+                context.close(promise: nil)
+            }
+            exchange?.finished()
+        case .failExchange(let failure):
+            let exchange = self.exchange
+            self.exchange = nil
+            self.endPending = false
+            context.close(promise: nil)
+            exchange?.ended(with: Self.error(for: failure, error))
+        case .close:
+            context.close(promise: nil)
+        }
+    }
+
+    /// The error an exchange fails with: AsyncHTTPClient's for the same failure, so that ``HTTPTransport`` maps both
+    /// kinds of connection alike.
+    private static func error(for failure: HTTP1Connection.StateMachine.Failure, _ error: (any Error)?) -> any Error {
+        switch failure {
+        case .closedBeforeResponseOnReusedConnection: StaleConnection()
+        case .closedBeforeEnd: HTTPClientError.remoteConnectionClosed
+        case .timedOut: HTTPClientError.readTimeout
+        case .error: error ?? HTTPClientError.remoteConnectionClosed
+        }
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import Haul
+import HaulTesting
+import Testing
+
+/// Plain-http downloads go over Haul's own keep-alive connections: these tests read, in the server's log, which
+/// connection each request came on.
+@Suite("Keeping plain-http connections alive", .timeLimit(.minutes(2)))
+struct ConnectionReuseTests {
+    static let body = FaultInjectingServer.body(size: 50_000, seed: 21)
+
+    /// A configuration that runs one transfer at a time and never retries: what happens on the wire is the pool's.
+    static func oneAtATimeWithoutRetries() -> TransferManager.Configuration {
+        var configuration = TransferManager.Configuration.testing(concurrent: 1)
+        configuration.retryPolicy.maximumAttempts = 1
+        return configuration
+    }
+
+    @Test func manyFilesFromOneHostShareAsManyConnectionsAsRunAtOnce() async throws {
+        let paths = (0..<40).map { "/f\($0)" }
+        let resources = Dictionary(
+            uniqueKeysWithValues: paths.map { ($0, FaultInjectingServer.Resource(body: Self.body)) }
+        )
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 4)) {
+                    manager in
+                    try await manager.download(paths.map { server.url($0) }, into: folder)
+                }
+                #expect(report.completed.count == 40)
+                let connections = Set(server.requests.map(\.connection))
+                #expect(connections.count <= 4, "40 requests came on \(connections.count) connections")
+            }
+        }
+    }
+
+    @Test func aKeptAliveConnectionTheServerDroppedIsReplacedWithoutCountingAnAttempt() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/a": .init(body: Self.body), "/b": .init(body: Self.body, faults: [.closeWithoutAnswer]),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(
+                    configuration: Self.oneAtATimeWithoutRetries()
+                ) { manager in
+                    try await manager.download([server.url("/a"), server.url("/b")], into: folder)
+                }
+                #expect(report.completed.count == 2)
+                #expect(report.items.map(\.attempts) == [1, 1])
+                let whole = contents(of: folder.appending(path: "b")) == Self.body
+                #expect(whole, "b is the file the server serves")
+                // /b's request went on /a's connection, which the server closed; sent again on a new one.
+                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
+                #expect(trace == ["/a@1", "/b@1", "/b@2"])
+            }
+        }
+    }
+
+    @Test func aNewConnectionClosedWithoutAnAnswerFailsTheAttemptInsteadOfSendingAgain() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/b": .init(body: Self.body, faults: [.closeWithoutAnswer, .closeWithoutAnswer])
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(
+                    configuration: Self.oneAtATimeWithoutRetries()
+                ) { manager in
+                    try await manager.download([server.url("/b")], into: folder)
+                }
+                #expect(report.failed.first?.error.code == .connectionFailed)
+                #expect(server.requests.map(\.connection) == [1])
+            }
+        }
+    }
+
+    @Test func aResponseThatClosesItsConnectionIsFollowedByANewConnection() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/a": .init(body: Self.body, faults: [.addHeaders(["Connection": "close"])]), "/b": .init(body: Self.body),
+            "/c": .init(body: Self.body),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(
+                    configuration: Self.oneAtATimeWithoutRetries()
+                ) { manager in
+                    try await manager.download([server.url("/a"), server.url("/b"), server.url("/c")], into: folder)
+                }
+                #expect(report.completed.count == 3)
+                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
+                #expect(trace == ["/a@1", "/b@2", "/c@2"])
+            }
+        }
+    }
+
+    @Test func sendsThePathAndQueryAsWrittenWithTheHostHeader() async throws {
+        // The server finds a resource by the path as it arrives, escapes and all.
+        try await FaultInjectingServer.withServer(resources: ["/a%20b/c": .init(body: Self.body)]) { server in
+            try await withTemporaryDirectory { folder in
+                let url = URL(string: "http://127.0.0.1:\(server.port)/a%20b/c?sig=x%2Fy&n=1")!
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.download([url], into: folder)
+                }
+                #expect(report.completed.count == 1)
+                let request = try #require(server.requests.first)
+                #expect(request.path == "/a%20b/c?sig=x%2Fy&n=1")
+                #expect(request.headers["host"] == "127.0.0.1:\(server.port)")
+            }
+        }
+    }
+}

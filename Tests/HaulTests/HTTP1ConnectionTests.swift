@@ -1,0 +1,153 @@
+import Foundation
+import Testing
+
+@testable import Haul
+
+@Suite("A plain-http connection's exchanges")
+struct HTTP1ConnectionStateMachineTests {
+    typealias Machine = HTTP1Connection.StateMachine
+
+    /// A machine that has carried `served` exchanges and is idle again.
+    func machine(served: Int) -> Machine {
+        var machine = Machine()
+        for _ in 0..<served {
+            _ = machine.requestStarted()
+            _ = machine.headReceived(keepAlive: true)
+            _ = machine.endReceived(isActive: true)
+        }
+        return machine
+    }
+
+    @Test func anExchangeSendsDeliversAndGivesAKeptAliveConnectionBack() {
+        var machine = Machine()
+        #expect(machine.requestStarted() == .sendRequest)
+        #expect(machine.headReceived(keepAlive: true) == .deliver)
+        #expect(machine.bodyReceived() == .deliver)
+        #expect(machine.bodyReceived() == .deliver)
+        #expect(machine.endReceived(isActive: true) == .finishExchange(reuse: true))
+        #expect(machine.state == .idle(served: 1))
+    }
+
+    @Test func aResponseThatDoesNotKeepTheConnectionAliveClosesIt() {
+        var machine = Machine()
+        _ = machine.requestStarted()
+        _ = machine.headReceived(keepAlive: false)
+        #expect(machine.endReceived(isActive: true) == .finishExchange(reuse: false))
+        #expect(machine.state == .closed)
+    }
+
+    @Test func aBodyThatEndedWithTheConnectionIsNotReused() {
+        var machine = Machine()
+        _ = machine.requestStarted()
+        _ = machine.headReceived(keepAlive: true)
+        #expect(machine.endReceived(isActive: false) == .finishExchange(reuse: false))
+        #expect(machine.connectionClosed() == .none)
+    }
+
+    @Test func aReusedConnectionClosedBeforeTheHeadAsksForAnotherConnection() {
+        var machine = self.machine(served: 2)
+        #expect(machine.requestStarted() == .sendRequest)
+        #expect(machine.connectionClosed() == .failExchange(.closedBeforeResponseOnReusedConnection))
+        #expect(machine.state == .closed)
+    }
+
+    @Test func aNewConnectionClosedBeforeTheHeadFailsTheExchange() {
+        var machine = Machine()
+        _ = machine.requestStarted()
+        #expect(machine.connectionClosed() == .failExchange(.closedBeforeEnd))
+    }
+
+    @Test func aConnectionClosedDuringTheBodyFailsTheExchange() {
+        var machine = self.machine(served: 1)
+        _ = machine.requestStarted()
+        _ = machine.headReceived(keepAlive: true)
+        _ = machine.bodyReceived()
+        #expect(machine.connectionClosed() == .failExchange(.closedBeforeEnd))
+    }
+
+    @Test func silenceFailsAnExchangeAndClosesAnIdleConnection() {
+        var waiting = Machine()
+        _ = waiting.requestStarted()
+        #expect(waiting.readTimedOut() == .failExchange(.timedOut))
+        var receiving = Machine()
+        _ = receiving.requestStarted()
+        _ = receiving.headReceived(keepAlive: true)
+        #expect(receiving.readTimedOut() == .failExchange(.timedOut))
+        var idle = self.machine(served: 1)
+        #expect(idle.readTimedOut() == .close)
+        #expect(idle.state == .closed)
+    }
+
+    @Test func anErrorFailsTheExchangeOnceAndLaterEventsAreIgnored() {
+        var machine = Machine()
+        _ = machine.requestStarted()
+        _ = machine.headReceived(keepAlive: true)
+        #expect(machine.errorOccurred() == .failExchange(.error))
+        #expect(machine.errorOccurred() == .none)
+        #expect(machine.bodyReceived() == .none)
+        #expect(machine.endReceived(isActive: true) == .none)
+        #expect(machine.connectionClosed() == .none)
+    }
+
+    @Test func aRequestOnAClosedConnectionIsRefusedForAnotherConnection() {
+        var machine = Machine()
+        _ = machine.connectionClosed()
+        #expect(machine.requestStarted() == .refuseRequest(.closedBeforeResponseOnReusedConnection))
+    }
+
+    @Test func aResponseNobodyAskedForClosesTheConnection() {
+        var idle = self.machine(served: 1)
+        #expect(idle.headReceived(keepAlive: true) == .close)
+        var bodyWhileIdle = Machine()
+        #expect(bodyWhileIdle.bodyReceived() == .close)
+        var endWhileWaiting = Machine()
+        _ = endWhileWaiting.requestStarted()
+        #expect(endWhileWaiting.endReceived(isActive: true) == .close)
+    }
+}
+
+@Suite("A plain-http request's head")
+struct HTTP1RequestHeadTests {
+    func head(_ url: String, _ headers: [(name: String, value: String)] = []) -> (uri: String, host: [String]) {
+        let url = URL(string: url)!
+        let head = ConnectionPool.requestHead(url, origin: ConnectionPool.Origin(url), headers: headers)
+        #expect(head.method == .GET)
+        #expect(head.version == .http1_1)
+        return (head.uri, head.headers["host"])
+    }
+
+    @Test func keepsThePathAndQueryAsWritten() {
+        #expect(self.head("http://example.com/a%20b/c%2Fd?x=1%2F2&y").uri == "/a%20b/c%2Fd?x=1%2F2&y")
+        #expect(self.head("http://example.com/photos/1.jpg").uri == "/photos/1.jpg")
+    }
+
+    @Test func asksForTheRootWhenTheURLHasNoPath() {
+        #expect(self.head("http://example.com").uri == "/")
+        #expect(self.head("http://example.com?q=1").uri == "/?q=1")
+    }
+
+    @Test func leavesTheFragmentOut() {
+        #expect(self.head("http://example.com/a#part").uri == "/a")
+    }
+
+    @Test func namesTheHostWithItsPortUnlessItIsEighty() {
+        #expect(self.head("http://Example.COM/a").host == ["example.com"])
+        #expect(self.head("http://example.com:8080/a").host == ["example.com:8080"])
+        #expect(self.head("http://127.0.0.1:80/a").host == ["127.0.0.1"])
+    }
+
+    @Test func bracketsAnIPv6Host() {
+        #expect(self.head("http://[::1]:8080/a").host == ["[::1]:8080"])
+    }
+
+    @Test func keepsTheCallersOwnHostHeader() {
+        #expect(self.head("http://127.0.0.1/a", [("Host", "files.example.com")]).host == ["files.example.com"])
+    }
+
+    @Test func takesHTTPWithoutCredentialsOnly() {
+        #expect(ConnectionPool.handles(URL(string: "http://example.com/a")!))
+        #expect(ConnectionPool.handles(URL(string: "HTTP://example.com/a")!))
+        #expect(!ConnectionPool.handles(URL(string: "https://example.com/a")!))
+        #expect(!ConnectionPool.handles(URL(string: "http://user:secret@example.com/a")!))
+    }
+}
