@@ -34,6 +34,7 @@ public final class Batch: Sendable {
             guard core.withBatch(id, { $0.isFinished }) == false else {
                 throw HaulError(.batchFinished, "Batch \(id) has finished; start a new batch")
             }
+            core.reserveCapacity(forMoreTransfers: requests.count)
             for (request, persisted) in zip(requests, persisted) {
                 core.add(request, to: id, persisted: persisted, aftermath: &aftermath)
             }
@@ -66,7 +67,8 @@ public final class Batch: Sendable {
 
     /// Tells the batch how many items it will have in all, when they are added over time (a long list fed a window
     /// at a time): until they are added, its progress counts the missing ones as files of unknown size, so the
-    /// file count and the fraction are right from the start. The report's storage is made that size at once.
+    /// file count and the fraction are right from the start. The report's storage is made that size at once, and the
+    /// manager's tables room for as many transfers (up to 4,096: a longer list is fed a window at a time).
     public func expectItems(_ count: Int) {
         let id = self.id
         self.manager.core.withLockedValue { core in
@@ -74,6 +76,7 @@ public final class Batch: Sendable {
             core.batches[id]!.tracker.expect(itemCount: count)
             core.batches[id]!.items.reserveCapacity(count)
             core.batches[id]!.settled.reserveCapacity(count)
+            core.reserveCapacity(forMoreTransfers: count)
             // Sized once: growing doubles it near the end of a long list, old and new table at once (6 MiB more at
             // the peak of 100,000 URLs).
             core.finished.reserveCapacity(core.finished.count + count)

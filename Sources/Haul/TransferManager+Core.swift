@@ -252,6 +252,22 @@ extension TransferManager {
 
         /// Adds a request to a batch: a new transfer, a join of a known one, a file the store knows is complete, or
         /// an immediate failure. `persisted` is what the store knew of the request, read before the lock.
+        /// The most transfers the tables are made room for at once: a longer list is fed a window at a time (`haul`
+        /// keeps 4,096 queued), and a table sized for all of it would spread a window's records over pages it never
+        /// fills.
+        static let reservationLimit = 4_096
+
+        /// Makes room in the per-transfer tables for `count` more transfers (at most ``reservationLimit``), once,
+        /// before they are added. Grown one doubling at a time instead, under the lock, each table moved every record
+        /// into memory it had to fault in (this machine is slow at that). 2,000 small files, `perf` over 10 runs: the
+        /// cooperative thread's time adding them 8.9 → 7.7 ms a run, the table's insertions 3.1 → 1.8 ms (what is left
+        /// is the first touch of the table's pages); wall time inside the noise.
+        mutating func reserveCapacity(forMoreTransfers count: Int) {
+            let count = min(count, Self.reservationLimit)
+            self.transfers.reserveCapacity(self.transfers.count + count)
+            self.scheduler.reserveCapacity(forMoreWaiting: count)
+        }
+
         mutating func add(
             _ request: TransferRequest,
             to batchID: BatchID,
