@@ -92,6 +92,49 @@ struct ConnectionReuseTests {
         }
     }
 
+    @Test func keepsNoMoreIdleConnectionsThanTransfersRunAtOnceClosingTheLongestIdle() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/x": .init(body: Self.body), "/z": .init(body: Self.body),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { first in
+            try await FaultInjectingServer.withServer(host: "127.0.0.2", resources: ["/y": .init(body: Self.body)]) {
+                second in
+                try await withTemporaryDirectory { folder in
+                    // One transfer at a time, so one idle connection: the second origin's, once it is given back,
+                    // closes the first origin's, and the first origin's next file needs a new connection.
+                    try await TransferManager.withTransferManager(configuration: Self.oneAtATimeWithoutRetries()) {
+                        manager in
+                        for url in [first.url("/x"), second.url("/y"), first.url("/z")] {
+                            let report = try await manager.download([url], into: folder)
+                            #expect(report.completed.count == 1)
+                        }
+                    }
+                    let trace = first.requests.map { "\($0.path)@\($0.connection)" }
+                    #expect(trace == ["/x@1", "/z@2"])
+                }
+            }
+        }
+    }
+
+    @Test func aConnectionIdleFromTheSameOriginIsReusedAcrossBatches() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/x": .init(body: Self.body), "/z": .init(body: Self.body),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                try await TransferManager.withTransferManager(configuration: Self.oneAtATimeWithoutRetries()) {
+                    manager in
+                    for url in [server.url("/x"), server.url("/z")] {
+                        let report = try await manager.download([url], into: folder)
+                        #expect(report.completed.count == 1)
+                    }
+                }
+                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
+                #expect(trace == ["/x@1", "/z@1"])
+            }
+        }
+    }
+
     @Test func sendsThePathAndQueryAsWrittenWithTheHostHeader() async throws {
         // The server finds a resource by the path as it arrives, escapes and all.
         try await FaultInjectingServer.withServer(resources: ["/a%20b/c": .init(body: Self.body)]) { server in

@@ -474,7 +474,9 @@ struct TransferStoreTests {
     @Test func publishingRecordsThatArriveWithinTheWaitShareATransactionAndAreWrittenWhenTheirWaitEnds() async throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
-        let writer = StoreWriter(store: store, publishingLinger: .milliseconds(300))
+        // A wait of 3 s: the records arrive over 80 ms, but among the whole suite's parallel tests a loaded machine
+        // once took longer than a wait of 300 ms to wake them all.
+        let writer = StoreWriter(store: store, publishingLinger: .seconds(3))
         let ids = (0..<16).map { "f\($0)" }
         for (position, id) in ids.enumerated() {
             writer.enqueue(.insertItem(batchID: batch, position: position, row: self.row(id)))
@@ -483,7 +485,7 @@ struct TransferStoreTests {
         let before = writer.transactionCount
         let written = await withTaskGroup(of: String?.self, returning: [String?].self) { group in
             // One every 5 ms, as files finishing one after another: each would find the writer idle and take a
-            // transaction of its own without the wait (300 ms, longer than the 80 ms they take to arrive).
+            // transaction of its own without the wait (3 s, far longer than the 80 ms they take to arrive).
             for (index, id) in ids.enumerated() {
                 group.addTask {
                     try? await Task.sleep(for: .milliseconds(5 * index))

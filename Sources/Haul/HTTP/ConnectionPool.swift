@@ -40,14 +40,46 @@ final class ConnectionPool: Sendable {
     private let connectTimeout: TimeAmount
     private let idleTimeout: TimeAmount
     private let readSize: Int
-    /// How many idle connections are kept for one origin; more close when their exchange ends.
-    private let maximumIdlePerOrigin: Int
+    /// How many idle connections are kept over all origins: as many as transfers may run at once. A longer list of
+    /// hosts would otherwise keep a socket open to each for the idle timeout (a thousand hosts, a thousand file
+    /// descriptors); past it the connection idle the longest closes.
+    private let maximumIdle: Int
     private let state = NIOLockedValueBox(State())
 
     private struct State {
         /// The connections between exchanges, by origin; the last one given back is taken first.
-        var idle: [Origin: [any Channel]] = [:]
+        var idle: [Origin: [Idle]] = [:]
+        var idleCount = 0
+        /// Orders the idle connections by when they were given back.
+        var nextSequence = 0
         var isShutDown = false
+
+        /// Removes and returns the connection idle the longest.
+        mutating func removeOldest() -> (any Channel)? {
+            var oldest: (origin: Origin, index: Int, sequence: Int)?
+            for (origin, connections) in self.idle {
+                for (index, connection) in connections.enumerated()
+                where connection.sequence < oldest?.sequence ?? .max {
+                    oldest = (origin, index, connection.sequence)
+                }
+            }
+            guard let oldest else { return nil }
+            return self.remove(at: oldest.index, of: oldest.origin)
+        }
+
+        mutating func remove(at index: Int, of origin: Origin) -> any Channel {
+            let channel = self.idle[origin]![index].channel
+            self.idle[origin]!.remove(at: index)
+            if self.idle[origin]!.isEmpty { self.idle[origin] = nil }
+            self.idleCount -= 1
+            return channel
+        }
+    }
+
+    /// A connection between exchanges.
+    private struct Idle {
+        let channel: any Channel
+        let sequence: Int
     }
 
     init(group: any EventLoopGroup, configuration: TransferManager.Configuration) {
@@ -55,7 +87,7 @@ final class ConnectionPool: Sendable {
         self.connectTimeout = .nanoseconds(configuration.connectTimeout.nanoseconds)
         self.idleTimeout = .nanoseconds(configuration.idleTimeout.nanoseconds)
         self.readSize = HTTPTransport.maximumReadSize(concurrency: configuration.maximumConcurrentTransfers)
-        self.maximumIdlePerOrigin = max(configuration.maximumConcurrentTransfers, 1)
+        self.maximumIdle = max(configuration.maximumConcurrentTransfers, 1)
     }
 
     /// Whether a URL goes through these connections: http with a host and no credentials in the URL (which
@@ -111,16 +143,17 @@ final class ConnectionPool: Sendable {
         return HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: fields)
     }
 
-    /// An idle connection to `origin`, one on `loop` if there is one; `nil` when none is idle.
+    /// An open idle connection to `origin`, one on `loop` if there is one; `nil` when none is idle.
     private func checkOut(_ origin: Origin, preferring loop: any EventLoop) throws -> (any Channel)? {
         try self.state.withLockedValue { state in
             guard !state.isShutDown else { throw HTTPClientError.alreadyShutdown }
-            guard var channels = state.idle[origin] else { return nil }
-            channels.removeAll { !$0.isActive }
-            let index = channels.lastIndex { $0.eventLoop === loop } ?? channels.indices.last
-            let channel = index.map { channels.remove(at: $0) }
-            state.idle[origin] = channels.isEmpty ? nil : channels
-            return channel
+            while let connections = state.idle[origin] {
+                let index = connections.lastIndex { $0.channel.eventLoop === loop } ?? connections.count - 1
+                let channel = state.remove(at: index, of: origin)
+                // One that closed since is dropped (its handler removes it too, when its close is seen).
+                if channel.isActive { return channel }
+            }
+            return nil
         }
     }
 
@@ -164,22 +197,22 @@ final class ConnectionPool: Sendable {
 
     /// Called by a connection's handler when its exchange ended and the connection may carry another.
     func checkIn(_ channel: any Channel, of origin: Origin) {
-        let kept = self.state.withLockedValue { state in
-            guard !state.isShutDown, state.idle[origin, default: []].count < self.maximumIdlePerOrigin else {
-                return false
-            }
-            state.idle[origin, default: []].append(channel)
-            return true
+        let closing: (any Channel)? = self.state.withLockedValue { state in
+            guard !state.isShutDown else { return channel }
+            let evicted = state.idleCount >= self.maximumIdle ? state.removeOldest() : nil
+            state.idle[origin, default: []].append(Idle(channel: channel, sequence: state.nextSequence))
+            state.nextSequence += 1
+            state.idleCount += 1
+            return evicted
         }
-        if !kept { channel.close(promise: nil) }
+        closing?.close(promise: nil)
     }
 
     /// Called by a connection's handler when its connection has closed.
     func remove(_ channel: any Channel, of origin: Origin) {
         self.state.withLockedValue { state in
-            guard var channels = state.idle[origin] else { return }
-            channels.removeAll { $0 === channel }
-            state.idle[origin] = channels.isEmpty ? nil : channels
+            guard let index = state.idle[origin]?.firstIndex(where: { $0.channel === channel }) else { return }
+            _ = state.remove(at: index, of: origin)
         }
     }
 
@@ -188,8 +221,11 @@ final class ConnectionPool: Sendable {
     func shutDown() {
         let channels = self.state.withLockedValue { state in
             state.isShutDown = true
-            defer { state.idle = [:] }
-            return state.idle.values.joined()
+            defer {
+                state.idle = [:]
+                state.idleCount = 0
+            }
+            return state.idle.values.joined().map(\.channel)
         }
         for channel in channels { channel.close(promise: nil) }
     }
