@@ -25,6 +25,8 @@ public final class FaultInjectingServer: Sendable {
         case closeConnection(afterBytes: Int)
         /// Answer with this status and a short text body instead of the resource.
         case status(Int)
+        /// Answer with this status and this text as a `text/plain` explanation.
+        case explainedStatus(Int, String)
         /// Answer with this status and a `Retry-After` header with this value.
         case retryAfter(status: Int, value: String)
         /// Ignore `Range` and send the whole body with 200.
@@ -416,6 +418,14 @@ public final class FaultInjectingServer: Sendable {
                 self.sendText(
                     status: HTTPResponseStatus(statusCode: code),
                     "injected status \(code)\n",
+                    context: context
+                )
+                return true
+            case .explainedStatus(let code, let text):
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code),
+                    text,
+                    headers: ["Content-Type": "text/plain; charset=utf-8"],
                     context: context
                 )
                 return true

@@ -135,6 +135,56 @@ struct ConnectionReuseTests {
         }
     }
 
+    @Test func aShortErrorPageIsReadIntoTheMessageAndItsConnectionServesTheNextFile() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/a": .init(
+                body: Self.body,
+                faults: [.explainedStatus(503, "Down for maintenance until noon\nsecond line")]
+            ),
+            "/b": .init(body: Self.body),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(
+                    configuration: Self.oneAtATimeWithoutRetries()
+                ) { manager in
+                    try await manager.download([server.url("/a"), server.url("/b")], into: folder)
+                }
+                let failure = try #require(report.failed.first?.error)
+                #expect(
+                    failure.message == "The server answered 503 Service Unavailable: Down for maintenance until noon"
+                )
+                #expect(failure.httpStatus == 503)
+                #expect(report.completed.count == 1)
+                #expect(
+                    !FileManager.default.fileExists(atPath: folder.appending(path: "a").path),
+                    "no error page saved"
+                )
+                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
+                #expect(trace == ["/a@1", "/b@1"])
+            }
+        }
+    }
+
+    @Test func anErrorPageThatIsNotPlainTextIsReadButLeftOutOfTheMessage() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/a": .init(body: Self.body, faults: [.status(404)]), "/b": .init(body: Self.body),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(
+                    configuration: Self.oneAtATimeWithoutRetries()
+                ) { manager in
+                    try await manager.download([server.url("/a"), server.url("/b")], into: folder)
+                }
+                #expect(report.failed.first?.error.message == "The server answered 404 Not Found")
+                #expect(report.completed.count == 1)
+                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
+                #expect(trace == ["/a@1", "/b@1"])
+            }
+        }
+    }
+
     @Test func sendsThePathAndQueryAsWrittenWithTheHostHeader() async throws {
         // The server finds a resource by the path as it arrives, escapes and all.
         try await FaultInjectingServer.withServer(resources: ["/a%20b/c": .init(body: Self.body)]) { server in

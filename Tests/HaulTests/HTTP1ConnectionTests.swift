@@ -1,4 +1,5 @@
 import Foundation
+import NIOHTTP1
 import Testing
 
 @testable import Haul
@@ -149,5 +150,26 @@ struct HTTP1RequestHeadTests {
         #expect(ConnectionPool.handles(URL(string: "HTTP://example.com/a")!))
         #expect(!ConnectionPool.handles(URL(string: "https://example.com/a")!))
         #expect(!ConnectionPool.handles(URL(string: "http://user:secret@example.com/a")!))
+    }
+}
+
+@Suite("An error page read or left")
+struct ErrorPageLengthTests {
+    func head(_ headers: [(String, String)]) -> HTTPResponseHead {
+        HTTPResponseHead(version: .http1_1, status: .serviceUnavailable, headers: HTTPHeaders(headers))
+    }
+
+    @Test func readsAPageOfAKnownShortLength() {
+        #expect(Download.hasShortBody(self.head([("Content-Length", "0")])))
+        #expect(Download.hasShortBody(self.head([("Content-Length", "512")])))
+        #expect(Download.hasShortBody(self.head([("Content-Length", "65536")])))
+    }
+
+    @Test func leavesALongPageOrOneOfUnknownLength() {
+        #expect(!Download.hasShortBody(self.head([("Content-Length", "65537")])))
+        #expect(!Download.hasShortBody(self.head([("Transfer-Encoding", "chunked")])))
+        #expect(!Download.hasShortBody(self.head([])))
+        #expect(!Download.hasShortBody(self.head([("Content-Length", "-1")])))
+        #expect(!Download.hasShortBody(self.head([("Content-Length", "12abc")])))
     }
 }

@@ -33,6 +33,8 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         case buffering([ByteBuffer], bytes: Int, demand: EventLoopPromise<Void>?)
         /// Into the task's writer.
         case writing(BodyWriter)
+        /// Into memory, up to a limit (an error page's explanation); the rest is read and dropped.
+        case collecting([UInt8], limit: Int)
         /// Nowhere: read and dropped.
         case discarding
     }
@@ -75,6 +77,10 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
                 return self.eventLoop.makeFailedFuture(error)
             }
         case .discarding:
+            return self.eventLoop.makeSucceededVoidFuture()
+        case .collecting(var kept, let limit):
+            kept += buffer.readableBytesView.prefix(limit - kept.count)
+            self.state = .collecting(kept, limit: limit)
             return self.eventLoop.makeSucceededVoidFuture()
         case .buffering(var parts, var bytes, let demand):
             parts.append(buffer)
@@ -122,6 +128,22 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         return request.futureResult.and(wait).map { _ in }
     }
 
+    /// On the event loop: the body is kept in memory, up to `limit` bytes, what arrived already first. Returns what
+    /// was kept once the response has ended.
+    private func collect(upTo limit: Int, request: any ResponseRequest) -> EventLoopFuture<[UInt8]> {
+        guard case .buffering(let parts, _, let demand) = self.state else {
+            preconditionFailure("a response's body was read twice")
+        }
+        var kept: [UInt8] = []
+        for part in parts where kept.count < limit { kept += part.readableBytesView.prefix(limit - kept.count) }
+        self.state = .collecting(kept, limit: limit)
+        demand?.succeed()
+        return request.futureResult.map {
+            guard case .collecting(let kept, _) = self.state else { return [] }
+            return kept
+        }
+    }
+
     /// On the event loop: the body is dropped from now on.
     private func drop() {
         if case .buffering(_, _, let demand) = self.state { demand?.succeed() }
@@ -147,6 +169,21 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
             } onCancel: {
                 request.cancel()
             }
+        }
+
+        /// Reads the whole body and returns its first `limit` bytes as text (an error page's explanation), so that the
+        /// connection can serve the next request; `nil` when the response failed. Cancelling the task cancels the
+        /// request.
+        func text(upTo limit: Int) async -> String? {
+            let stream = self.stream
+            let request = self.request
+            let end = stream.eventLoop.flatSubmit { stream.collect(upTo: limit, request: request) }
+            let kept = try? await withTaskCancellationHandler {
+                try await end.get()
+            } onCancel: {
+                request.cancel()
+            }
+            return kept.map { String(decoding: $0, as: UTF8.self) }
         }
 
         /// Reads the body and drops it, so that the connection can serve the next request (a redirect's body).

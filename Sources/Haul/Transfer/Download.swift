@@ -241,6 +241,11 @@ extension Download {
                 sentRange: sentRange,
                 observer: observer
             )
+        } catch let error as HaulError where error.code == .httpStatus && Self.hasShortBody(response.head) {
+            // An error page of known, short length is read (its first line goes into the message, as for uploads
+            // and deletions), and the connection serves the next request instead of closing.
+            let text = await response.text(upTo: 1024)
+            throw HTTPTransport.statusError(response.head.status, response.head.headers, body: text)
         } catch {
             response.abandon()
             throw error
@@ -347,6 +352,12 @@ extension Download {
             modified: modified,
             observer: observer
         )
+    }
+
+    /// Whether a response announces a body short enough to read rather than close the connection: at most 64 KiB.
+    static func hasShortBody(_ head: HTTPResponseHead) -> Bool {
+        guard let length = head.headers.first(name: "content-length").flatMap({ Int($0) }) else { return false }
+        return (0...65_536).contains(length)
     }
 
     /// What a response's head means for the attempt.
