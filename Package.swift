@@ -108,6 +108,8 @@ let package = Package(
             dependencies: [
                 "Haul", "HaulTesting", .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]

@@ -1,5 +1,7 @@
 import Foundation
+import NIOEmbedded
 import NIOHTTP1
+import NIOPosix
 import Testing
 
 @testable import Haul
@@ -143,6 +145,17 @@ struct HTTP1RequestHeadTests {
 
     @Test func keepsTheCallersOwnHostHeader() {
         #expect(self.head("http://127.0.0.1/a", [("Host", "files.example.com")]).host == ["files.example.com"])
+    }
+
+    @Test func isUsedOnlyWhereSwiftNIOsSocketsRunOnTheClientsLoops() {
+        // On Apple platforms AsyncHTTPClient's loops are Network.framework's; an embedded loop stands in for them here.
+        let url = URL(string: "http://example.com/a")!
+        let posix = ConnectionPool(group: MultiThreadedEventLoopGroup.singleton, configuration: .init())
+        #expect(posix.isAvailable)
+        #expect(posix.handles(url))
+        let other = ConnectionPool(group: EmbeddedEventLoop(), configuration: .init())
+        #expect(!other.isAvailable)
+        #expect(!other.handles(url))
     }
 
     @Test func takesHTTPWithoutCredentialsOnly() {

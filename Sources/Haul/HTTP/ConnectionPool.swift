@@ -37,6 +37,10 @@ final class ConnectionPool: Sendable {
     }
 
     private let group: any EventLoopGroup
+    /// Whether SwiftNIO's sockets run on the group's loops. On Apple platforms AsyncHTTPClient's group is
+    /// Network.framework's (`NIOTSEventLoopGroup`), on which they cannot: there plain http, too, goes through the
+    /// client (and Network.framework keeps its say over the device's networks).
+    let isAvailable: Bool
     private let connectTimeout: TimeAmount
     private let idleTimeout: TimeAmount
     private let readSize: Int
@@ -84,13 +88,20 @@ final class ConnectionPool: Sendable {
 
     init(group: any EventLoopGroup, configuration: TransferManager.Configuration) {
         self.group = group
+        self.isAvailable = ClientBootstrap(validatingGroup: group) != nil
         self.connectTimeout = .nanoseconds(configuration.connectTimeout.nanoseconds)
         self.idleTimeout = .nanoseconds(configuration.idleTimeout.nanoseconds)
         self.readSize = HTTPTransport.maximumReadSize(concurrency: configuration.maximumConcurrentTransfers)
         self.maximumIdle = max(configuration.maximumConcurrentTransfers, 1)
     }
 
-    /// Whether a URL goes through these connections: http with a host and no credentials in the URL (which
+    /// Whether a URL goes through these connections: http with a host and no credentials in the URL, when the pool
+    /// is available (``isAvailable``).
+    func handles(_ url: URL) -> Bool {
+        self.isAvailable && Self.handles(url)
+    }
+
+    /// Whether a URL is of the kind these connections take: http with a host and no credentials in the URL (which
     /// AsyncHTTPClient turns into an `Authorization` header).
     static func handles(_ url: URL) -> Bool {
         url.scheme?.lowercased() == "http" && url.user == nil && url.password == nil && !(url.host ?? "").isEmpty
@@ -162,7 +173,10 @@ final class ConnectionPool: Sendable {
     private func connect(_ origin: Origin, on loop: any EventLoop) async throws -> any Channel {
         let readSize = self.readSize
         let idleTimeout = self.idleTimeout
-        let bootstrap = ClientBootstrap(group: loop)
+        // Never nil where the pool is available (``isAvailable``): `loop` is one of its group's.
+        guard let bootstrap = ClientBootstrap(validatingGroup: loop) else { throw HTTPClientError.alreadyShutdown }
+        let configured =
+            bootstrap
             .connectTimeout(self.connectTimeout)
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             // As AsyncHTTPClient's connections are set up (``HTTPTransport/makeClient(_:)``): reads grow to 1 MiB on
@@ -180,7 +194,7 @@ final class ConnectionPool: Sendable {
                     try pipeline.addHandler(HTTP1ConnectionHandler(pool: self, origin: origin))
                 }
             }
-        let connecting = bootstrap.connect(host: origin.host, port: origin.port)
+        let connecting = configured.connect(host: origin.host, port: origin.port)
         let connected = loop.makePromise(of: (any Channel).self)
         connecting.cascade(to: connected)
         do {

@@ -7,8 +7,9 @@ import Tracing
 /// The seam between Haul and its HTTP connections: builds requests, runs them, and turns the connections' errors into
 /// ``HaulError``s. Everything above it speaks Haul's types only.
 ///
-/// Plain-http downloads go through Haul's own connections (``ConnectionPool``); https, uploads and deletions through
-/// AsyncHTTPClient. Both run on the same event loops (the client's, SwiftNIO's singleton group).
+/// Plain-http downloads go through Haul's own connections (``ConnectionPool``) where SwiftNIO's sockets run on the
+/// client's event loops (Linux; on Apple platforms the client's loops are Network.framework's, and everything goes
+/// through the client); https, uploads and deletions through AsyncHTTPClient.
 struct HTTPTransport: Sendable {
     let client: HTTPClient
     let pool: ConnectionPool
@@ -92,7 +93,7 @@ struct HTTPTransport: Sendable {
     /// connections (``ConnectionPool``), https through AsyncHTTPClient.
     func stream(_ url: URL, headers: [(name: String, value: String)]) async throws -> ResponseStream.Started {
         try await self.following(.GET, url, headers: headers) { current, headers in
-            if ConnectionPool.handles(current) {
+            if self.pool.handles(current) {
                 do {
                     let started = try await self.pool.start(current, headers: headers)
                     return (started, started.head.status.code, started.head.headers.first(name: "location"))
