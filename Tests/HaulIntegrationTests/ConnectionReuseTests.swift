@@ -9,7 +9,44 @@ import Testing
 struct ConnectionReuseTests {
     static let body = FaultInjectingServer.body(size: 50_000, seed: 21)
 
-    /// A configuration that runs one transfer at a time and never retries: what happens on the wire is the pool's.
+    /// What a download of some paths did: its report, each request as "PATH@CONNECTION" in the order the server
+    /// received them, the paths whose file (by its last component) was written, and whether it holds the body.
+    struct Outcome {
+        var report: BatchReport
+        var trace: [String]
+        var written: Set<String>
+        var isWhole: [String: Bool]
+    }
+
+    /// Downloads `paths` from a server with `resources` in one batch, one transfer at a time and without retries
+    /// (unless `configuration` says otherwise): what happens on the wire is the pool's.
+    func download(
+        _ paths: [String],
+        from resources: [String: FaultInjectingServer.Resource],
+        configuration: TransferManager.Configuration = Self.oneAtATimeWithoutRetries()
+    ) async throws -> Outcome {
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.download(paths.map { server.url($0) }, into: folder)
+                }
+                var isWhole: [String: Bool] = [:]
+                var written: Set<String> = []
+                for path in paths {
+                    let file = folder.appending(path: String(path.split(separator: "/").last ?? ""))
+                    if FileManager.default.fileExists(atPath: file.path) { written.insert(path) }
+                    isWhole[path] = contents(of: file) == Self.body
+                }
+                return Outcome(
+                    report: report,
+                    trace: server.requests.map { "\($0.path)@\($0.connection)" },
+                    written: written,
+                    isWhole: isWhole
+                )
+            }
+        }
+    }
+
     static func oneAtATimeWithoutRetries() -> TransferManager.Configuration {
         var configuration = TransferManager.Configuration.testing(concurrent: 1)
         configuration.retryPolicy.maximumAttempts = 1
@@ -21,75 +58,43 @@ struct ConnectionReuseTests {
         let resources = Dictionary(
             uniqueKeysWithValues: paths.map { ($0, FaultInjectingServer.Resource(body: Self.body)) }
         )
-        try await FaultInjectingServer.withServer(resources: resources) { server in
-            try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(configuration: .testing(concurrent: 4)) {
-                    manager in
-                    try await manager.download(paths.map { server.url($0) }, into: folder)
-                }
-                #expect(report.completed.count == 40)
-                let connections = Set(server.requests.map(\.connection))
-                #expect(connections.count <= 4, "40 requests came on \(connections.count) connections")
-            }
-        }
+        let outcome = try await self.download(paths, from: resources, configuration: .testing(concurrent: 4))
+        #expect(outcome.report.completed.count == 40)
+        let connections = Set(outcome.trace.map { $0.split(separator: "@").last! })
+        #expect(connections.count <= 4, "40 requests came on \(connections.count) connections")
     }
 
     @Test func aKeptAliveConnectionTheServerDroppedIsReplacedWithoutCountingAnAttempt() async throws {
-        let resources: [String: FaultInjectingServer.Resource] = [
-            "/a": .init(body: Self.body), "/b": .init(body: Self.body, faults: [.closeWithoutAnswer]),
-        ]
-        try await FaultInjectingServer.withServer(resources: resources) { server in
-            try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(
-                    configuration: Self.oneAtATimeWithoutRetries()
-                ) { manager in
-                    try await manager.download([server.url("/a"), server.url("/b")], into: folder)
-                }
-                #expect(report.completed.count == 2)
-                #expect(report.items.map(\.attempts) == [1, 1])
-                let whole = contents(of: folder.appending(path: "b")) == Self.body
-                #expect(whole, "b is the file the server serves")
-                // /b's request went on /a's connection, which the server closed; sent again on a new one.
-                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
-                #expect(trace == ["/a@1", "/b@1", "/b@2"])
-            }
-        }
+        let outcome = try await self.download(
+            ["/a", "/b"],
+            from: ["/a": .init(body: Self.body), "/b": .init(body: Self.body, faults: [.closeWithoutAnswer])]
+        )
+        #expect(outcome.report.completed.count == 2)
+        #expect(outcome.report.items.map(\.attempts) == [1, 1])
+        #expect(outcome.isWhole["/b"] == true, "b is the file the server serves")
+        // /b's request went on /a's connection, which the server closed; sent again on a new one.
+        #expect(outcome.trace == ["/a@1", "/b@1", "/b@2"])
     }
 
     @Test func aNewConnectionClosedWithoutAnAnswerFailsTheAttemptInsteadOfSendingAgain() async throws {
-        let resources: [String: FaultInjectingServer.Resource] = [
-            "/b": .init(body: Self.body, faults: [.closeWithoutAnswer, .closeWithoutAnswer])
-        ]
-        try await FaultInjectingServer.withServer(resources: resources) { server in
-            try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(
-                    configuration: Self.oneAtATimeWithoutRetries()
-                ) { manager in
-                    try await manager.download([server.url("/b")], into: folder)
-                }
-                #expect(report.failed.first?.error.code == .connectionFailed)
-                #expect(server.requests.map(\.connection) == [1])
-            }
-        }
+        let outcome = try await self.download(
+            ["/b"],
+            from: ["/b": .init(body: Self.body, faults: [.closeWithoutAnswer, .closeWithoutAnswer])]
+        )
+        #expect(outcome.report.failed.first?.error.code == .connectionFailed)
+        #expect(outcome.trace == ["/b@1"])
     }
 
     @Test func aResponseThatClosesItsConnectionIsFollowedByANewConnection() async throws {
-        let resources: [String: FaultInjectingServer.Resource] = [
-            "/a": .init(body: Self.body, faults: [.addHeaders(["Connection": "close"])]), "/b": .init(body: Self.body),
-            "/c": .init(body: Self.body),
-        ]
-        try await FaultInjectingServer.withServer(resources: resources) { server in
-            try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(
-                    configuration: Self.oneAtATimeWithoutRetries()
-                ) { manager in
-                    try await manager.download([server.url("/a"), server.url("/b"), server.url("/c")], into: folder)
-                }
-                #expect(report.completed.count == 3)
-                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
-                #expect(trace == ["/a@1", "/b@2", "/c@2"])
-            }
-        }
+        let outcome = try await self.download(
+            ["/a", "/b", "/c"],
+            from: [
+                "/a": .init(body: Self.body, faults: [.addHeaders(["Connection": "close"])]),
+                "/b": .init(body: Self.body), "/c": .init(body: Self.body),
+            ]
+        )
+        #expect(outcome.report.completed.count == 3)
+        #expect(outcome.trace == ["/a@1", "/b@2", "/c@2"])
     }
 
     @Test func keepsNoMoreIdleConnectionsThanTransfersRunAtOnceClosingTheLongestIdle() async throws {
@@ -136,53 +141,32 @@ struct ConnectionReuseTests {
     }
 
     @Test func aShortErrorPageIsReadIntoTheMessageAndItsConnectionServesTheNextFile() async throws {
-        let resources: [String: FaultInjectingServer.Resource] = [
-            "/a": .init(
-                body: Self.body,
-                faults: [.explainedStatus(503, "Down for maintenance until noon\nsecond line")]
-            ),
-            "/b": .init(body: Self.body),
-        ]
-        try await FaultInjectingServer.withServer(resources: resources) { server in
-            try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(
-                    configuration: Self.oneAtATimeWithoutRetries()
-                ) { manager in
-                    try await manager.download([server.url("/a"), server.url("/b")], into: folder)
-                }
-                let failure = try #require(report.failed.first?.error)
-                #expect(
-                    failure.message == "The server answered 503 Service Unavailable: Down for maintenance until noon"
-                )
-                #expect(failure.httpStatus == 503)
-                #expect(report.completed.count == 1)
-                #expect(
-                    !FileManager.default.fileExists(atPath: folder.appending(path: "a").path),
-                    "no error page saved"
-                )
-                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
-                #expect(trace == ["/a@1", "/b@1"])
-            }
-        }
+        let outcome = try await self.download(
+            ["/a", "/b"],
+            from: [
+                "/a": .init(
+                    body: Self.body,
+                    faults: [.explainedStatus(503, "Down for maintenance until noon\nsecond line")]
+                ),
+                "/b": .init(body: Self.body),
+            ]
+        )
+        let failure = try #require(outcome.report.failed.first?.error)
+        #expect(failure.message == "The server answered 503 Service Unavailable: Down for maintenance until noon")
+        #expect(failure.httpStatus == 503)
+        #expect(outcome.report.completed.count == 1)
+        #expect(outcome.written == ["/b"], "no error page saved")
+        #expect(outcome.trace == ["/a@1", "/b@1"])
     }
 
     @Test func anErrorPageThatIsNotPlainTextIsReadButLeftOutOfTheMessage() async throws {
-        let resources: [String: FaultInjectingServer.Resource] = [
-            "/a": .init(body: Self.body, faults: [.status(404)]), "/b": .init(body: Self.body),
-        ]
-        try await FaultInjectingServer.withServer(resources: resources) { server in
-            try await withTemporaryDirectory { folder in
-                let report = try await TransferManager.withTransferManager(
-                    configuration: Self.oneAtATimeWithoutRetries()
-                ) { manager in
-                    try await manager.download([server.url("/a"), server.url("/b")], into: folder)
-                }
-                #expect(report.failed.first?.error.message == "The server answered 404 Not Found")
-                #expect(report.completed.count == 1)
-                let trace = server.requests.map { "\($0.path)@\($0.connection)" }
-                #expect(trace == ["/a@1", "/b@1"])
-            }
-        }
+        let outcome = try await self.download(
+            ["/a", "/b"],
+            from: ["/a": .init(body: Self.body, faults: [.status(404)]), "/b": .init(body: Self.body)]
+        )
+        #expect(outcome.report.failed.first?.error.message == "The server answered 404 Not Found")
+        #expect(outcome.report.completed.count == 1)
+        #expect(outcome.trace == ["/a@1", "/b@1"])
     }
 
     @Test func sendsThePathAndQueryAsWrittenWithTheHostHeader() async throws {
