@@ -25,6 +25,24 @@ struct HooksTests {
         }
     }
 
+    @Test func aStatusHookThatRejectsAShortFileKeepsItsOwnMessage() async throws {
+        // A body short enough to be read as an error page would be: the hook's rejection is not the server's error.
+        let short = FaultInjectingServer.body(size: 1_000, seed: 22)
+        try await FaultInjectingServer.withServer(resources: ["/file": .init(body: short)]) { server in
+            try await withTemporaryDirectory { folder in
+                var configuration = TransferManager.Configuration.retrying()
+                configuration.hooks.acceptsStatus = { _, status in status != 200 }
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.download([server.url("/file")], into: folder)
+                }
+                let error = try #require(report.failed.first?.error)
+                #expect(error.message == "The status hook rejected status 200")
+                #expect(error.httpStatus == 200)
+                #expect(names(in: folder).isEmpty)
+            }
+        }
+    }
+
     @Test func aFileValidatorThatRejectsLeavesNothingAtTheFinalPath() async throws {
         try await FaultInjectingServer.withServer(resources: [
             "/good": .init(body: Self.body), "/bad": .init(body: [1, 2, 3]),

@@ -241,9 +241,12 @@ extension Download {
                 sentRange: sentRange,
                 observer: observer
             )
-        } catch let error as HaulError where error.code == .httpStatus && Self.hasShortBody(response.head) {
-            // An error page of known, short length is read (its first line goes into the message, as for uploads
-            // and deletions), and the connection serves the next request instead of closing.
+        } catch let error as HaulError
+            where error.code == .httpStatus && status >= 300 && Self.hasShortBody(response.head)
+        {
+            // The server's error page, of known, short length, is read (its first line goes into the message, as for
+            // uploads and deletions), and the connection serves the next request instead of closing. Not a success
+            // the status hook rejected: that is no error page, and the hook's message stands.
             let text = await response.text(upTo: 1024)
             throw HTTPTransport.statusError(response.head.status, response.head.headers, body: text)
         } catch {
