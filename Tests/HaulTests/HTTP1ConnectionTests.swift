@@ -95,7 +95,7 @@ struct HTTP1ConnectionStateMachineTests {
     @Test func aRequestOnAClosedConnectionIsRefusedForAnotherConnection() {
         var machine = Machine()
         _ = machine.connectionClosed()
-        #expect(machine.requestStarted() == .refuseRequest(.closedBeforeResponseOnReusedConnection))
+        #expect(machine.requestStarted() == .refuseRequest)
     }
 
     @Test func aResponseNobodyAskedForClosesTheConnection() {

@@ -126,11 +126,7 @@ final class ConnectionPool: Sendable {
                 exchange.ended(with: HTTP1ConnectionHandler.StaleConnection())
             }
             do {
-                let head = try await withTaskCancellationHandler {
-                    try await exchange.stream.headArrival.get()
-                } onCancel: {
-                    exchange.cancel()
-                }
+                let head = try await exchange.value(of: exchange.stream.headArrival)
                 return ResponseStream.Started(head: head, stream: exchange.stream, request: exchange)
             } catch is HTTP1ConnectionHandler.StaleConnection {
                 guard !sentAgain else { throw HTTPClientError.remoteConnectionClosed }

@@ -33,9 +33,8 @@ enum HTTP1Connection {
             case none
             /// Send the request.
             case sendRequest
-            /// Refuse the request: the connection is closed (``Failure/closedBeforeResponseOnReusedConnection`` when
-            /// it had served others, so that the pool tries a new one).
-            case refuseRequest(Failure)
+            /// Refuse the request: the connection is closed, and the pool sends it on another (nothing was sent).
+            case refuseRequest
             /// Hand the head, or a part of the body, to the exchange.
             case deliver
             /// The response has ended: complete the exchange, then give the connection back to the pool if `reuse`,
@@ -56,7 +55,7 @@ enum HTTP1Connection {
                 self.state = .awaitingHead(served: served)
                 return .sendRequest
             case .closed:
-                return .refuseRequest(.closedBeforeResponseOnReusedConnection)
+                return .refuseRequest
             case .awaitingHead, .receivingBody:
                 preconditionFailure("A request was started on a connection that carries one: \(self.state)")
             }

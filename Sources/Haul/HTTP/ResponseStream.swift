@@ -163,12 +163,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         func receive(into writer: BodyWriter) async throws {
             let stream = self.stream
             let request = self.request
-            let end = stream.eventLoop.flatSubmit { stream.attach(writer, request: request) }
-            try await withTaskCancellationHandler {
-                try await end.get()
-            } onCancel: {
-                request.cancel()
-            }
+            try await request.value(of: stream.eventLoop.flatSubmit { stream.attach(writer, request: request) })
         }
 
         /// Reads the whole body and returns its first `limit` bytes as text (an error page's explanation), so that the
@@ -177,12 +172,9 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         func text(upTo limit: Int) async -> String? {
             let stream = self.stream
             let request = self.request
-            let end = stream.eventLoop.flatSubmit { stream.collect(upTo: limit, request: request) }
-            let kept = try? await withTaskCancellationHandler {
-                try await end.get()
-            } onCancel: {
-                request.cancel()
-            }
+            let kept = try? await request.value(
+                of: stream.eventLoop.flatSubmit { stream.collect(upTo: limit, request: request) }
+            )
             return kept.map { String(decoding: $0, as: UTF8.self) }
         }
 
@@ -207,11 +199,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         let task = client.execute(request: request, delegate: stream, eventLoop: .delegate(on: eventLoop), logger: nil)
         // A request the client refuses outright (it is shutting down) fails its task without telling the delegate.
         task.futureResult.whenFailure { error in stream.failed(error) }
-        let head = try await withTaskCancellationHandler {
-            try await stream.headPromise.futureResult.get()
-        } onCancel: {
-            task.cancel()
-        }
+        let head = try await task.value(of: stream.headArrival)
         return Started(head: head, stream: stream, request: task)
     }
 }
@@ -228,3 +216,15 @@ protocol ResponseRequest: Sendable {
 }
 
 extension HTTPClient.Task: ResponseRequest where Response == Void {}
+
+extension ResponseRequest {
+    /// Waits for `future` (the response's head, its end, what its body left); cancelling the waiting task cancels
+    /// the request.
+    func value<T: Sendable>(of future: EventLoopFuture<T>) async throws -> T {
+        try await withTaskCancellationHandler {
+            try await future.get()
+        } onCancel: {
+            self.cancel()
+        }
+    }
+}
