@@ -508,6 +508,52 @@ struct TransferStoreTests {
         #expect(writer.lastError == nil)
     }
 
+    @Test func aPublishingRecordThatArrivesWhileATransactionRunsWaitsForOthersAfterIt() async throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let writer = StoreWriter(store: store, publishingLinger: .seconds(60))
+        for (position, id) in ["during", "last"].enumerated() {
+            writer.enqueue(.insertItem(batchID: batch, position: position, row: self.row(id)))
+        }
+        writer.flush()
+        // The database's writer is held, so the next transaction (the periodic flush's, which starts at once) runs
+        // until it is let go, and the publishing record comes while it runs.
+        let hold = DispatchSemaphore(value: 0)
+        let held = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            try? store.database.writeWithoutTransaction { _ in
+                held.signal()
+                hold.wait()
+            }
+        }
+        held.wait()
+        writer.flushInBackground()
+        let during = Task {
+            await writer.flushAndWait(
+                adding: .publishing("during", finalPath: "/tmp/x/during", size: 5, sha256: nil, modified: 1)
+            )
+        }
+        let started = ContinuousClock.now
+        while writer.queuedJobCount == 0, ContinuousClock.now - started < .seconds(10) {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(writer.queuedJobCount == 1, "the record waits for the running transaction")
+        hold.signal()
+        while !writer.isLingering, ContinuousClock.now - started < .seconds(10) {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(writer.isLingering, "after the transaction it came during, the record waits for others")
+        #expect(try store.row("during")?.finalPath == nil, "and is not written yet")
+        await writer.flushAndWait(
+            adding: .publishing("last", finalPath: "/tmp/x/last", size: 5, sha256: nil, modified: 1),
+            lingering: false
+        )
+        await during.value
+        #expect(ContinuousClock.now - started < .seconds(30), "the last record cut the wait short")
+        #expect(try store.row("during")?.finalPath == "/tmp/x/during")
+        #expect(try store.row("last")?.finalPath == "/tmp/x/last")
+    }
+
     @Test func aPublishingRecordWithNoOneToWaitForIsWrittenWithoutTheWait() async throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
@@ -549,6 +595,15 @@ struct TransferStoreTests {
         #expect(try store.row("early")?.finalPath == "/tmp/x/early")
         #expect(try store.row("last")?.finalPath == "/tmp/x/last")
         #expect(!writer.isLingering, "the wait, cut short, starts no transaction of its own when it ends")
+    }
+
+    @Test func aFileStoreKeepsSQLitesTemporaryFilesInMemory() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("haul-temp-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = try TransferStore(path: folder.appendingPathComponent("state.sqlite"))
+        // 2: memory. A statement that changes many rows in a transaction (a batch's bulk insert) keeps its journal
+        // there instead of spilling it into a file under /var/tmp.
+        #expect(try store.database.read { try Int.fetchOne($0, sql: "PRAGMA temp_store") } == 2)
     }
 
     @Test func memoryStatisticsCannotBeTurnedOffOnceSQLiteIsInUse() throws {
