@@ -121,10 +121,7 @@ final class ConnectionPool: Sendable {
             let channel: any Channel
             if let idle { channel = idle } else { channel = try await self.connect(origin, on: loop) }
             let exchange = HTTP1Exchange(request: request, channel: channel)
-            exchange.channel.writeAndFlush(exchange).whenFailure { _ in
-                // The channel closed before its handler saw the request.
-                exchange.ended(with: HTTP1ConnectionHandler.StaleConnection())
-            }
+            Self.send(exchange)
             do {
                 let head = try await exchange.value(of: exchange.stream.headArrival)
                 return ResponseStream.Started(head: head, stream: exchange.stream, request: exchange)
@@ -133,6 +130,25 @@ final class ConnectionPool: Sendable {
                 sentAgain = true
             }
         }
+    }
+
+    /// Writes `exchange` into its channel, whose handler sends it. The channel may have closed since it was checked
+    /// out: then the exchange ends as stale, and the request goes on another connection.
+    private static func send(_ exchange: HTTP1Exchange) {
+        let channel = exchange.channel
+        guard channel.eventLoop.inEventLoop else {
+            let written = channel.eventLoop.makePromise(of: Void.self)
+            channel.pipeline.writeAndFlush(exchange, promise: written)
+            written.futureResult.whenFailure { _ in
+                // The channel closed before its handler saw the request.
+                exchange.ended(with: HTTP1ConnectionHandler.StaleConnection())
+            }
+            return
+        }
+        // On the channel's event loop (the task's executor's, as usual): an open channel's handler takes the write
+        // before this call returns, so it needs no promise (and the generic write, no runtime casts).
+        guard channel.isActive else { return exchange.ended(with: HTTP1ConnectionHandler.StaleConnection()) }
+        channel.pipeline.syncOperations.writeAndFlush(NIOAny(exchange), promise: nil)
     }
 
     /// The request's head: the URL's path and query as they were written, `Host` first.

@@ -87,12 +87,9 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
         case .sendRequest:
             self.exchange = exchange
             context.write(self.wrapOutboundOut(.head(exchange.request)), promise: nil)
-            let sent = context.eventLoop.makePromise(of: Void.self)
-            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: sent)
-            sent.futureResult.assumeIsolated().whenFailure { error in
-                guard self.exchange === exchange else { return }
-                self.perform(self.machine.errorOccurred(), context: context, error: error)
-            }
+            // No promise: a write that fails closes the channel, and its close ends the exchange
+            // (``channelInactive(context:)``).
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
         case .refuseRequest:
             exchange.ended(with: StaleConnection())
         case .none, .deliver, .finishExchange, .failExchange, .close:
@@ -114,8 +111,9 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
             guard action == .deliver, let exchange = self.exchange else {
                 return self.perform(action, context: context, error: nil)
             }
+            guard let wait = exchange.stream.bodyPartReceived(buffer) else { return }
             self.bodyPartsWaiting += 1
-            exchange.stream.bodyPartReceived(buffer).assumeIsolated().whenComplete { result in
+            wait.assumeIsolated().whenComplete { result in
                 self.bodyPartsWaiting -= 1
                 if case .failure(let error) = result, self.exchange === exchange {
                     return self.perform(self.machine.errorOccurred(), context: context, error: error)

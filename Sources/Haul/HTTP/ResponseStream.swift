@@ -53,7 +53,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
     }
 
     func didReceiveBodyPart(task: HTTPClient.Task<Void>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
-        self.bodyPartReceived(buffer)
+        self.bodyPartReceived(buffer) ?? self.eventLoop.makeSucceededVoidFuture()
     }
 
     func didReceiveError(task: HTTPClient.Task<Void>, _ error: any Error) {
@@ -67,8 +67,9 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         self.headPromise.succeed(head)
     }
 
-    /// On the event loop: a part of the body has arrived. Returns when the connection may read the next.
-    func bodyPartReceived(_ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+    /// On the event loop: a part of the body has arrived. Returns when the connection may read the next, or `nil`
+    /// when it may at once (no future to make and complete for each part of each file).
+    func bodyPartReceived(_ buffer: ByteBuffer) -> EventLoopFuture<Void>? {
         switch self.state {
         case .writing(let writer):
             do {
@@ -77,17 +78,17 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
                 return self.eventLoop.makeFailedFuture(error)
             }
         case .discarding:
-            return self.eventLoop.makeSucceededVoidFuture()
+            return nil
         case .collecting(var kept, let limit):
             kept += buffer.readableBytesView.prefix(limit - kept.count)
             self.state = .collecting(kept, limit: limit)
-            return self.eventLoop.makeSucceededVoidFuture()
+            return nil
         case .buffering(var parts, var bytes, let demand):
             parts.append(buffer)
             bytes += buffer.readableBytes
             guard bytes >= Self.bufferLimit else {
                 self.state = .buffering(parts, bytes: bytes, demand: demand)
-                return self.eventLoop.makeSucceededVoidFuture()
+                return nil
             }
             let wait = self.eventLoop.makePromise(of: Void.self)
             self.state = .buffering(parts, bytes: bytes, demand: wait)
@@ -101,9 +102,9 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         self.headPromise.fail(error)
     }
 
-    /// A future that succeeds after `delay`.
-    private func afterWait(_ delay: Duration) -> EventLoopFuture<Void> {
-        guard delay > .zero else { return self.eventLoop.makeSucceededVoidFuture() }
+    /// A future that succeeds after `delay`; `nil` when there is nothing to wait for.
+    private func afterWait(_ delay: Duration) -> EventLoopFuture<Void>? {
+        guard delay > .zero else { return nil }
         return self.eventLoop.scheduleTask(in: .nanoseconds(delay.nanoseconds)) {}.futureResult
     }
 
@@ -121,7 +122,10 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
             demand?.fail(error)
             return self.eventLoop.makeFailedFuture(error)
         }
-        let wait = self.afterWait(delay)
+        guard let wait = self.afterWait(delay) else {
+            demand?.succeed()
+            return request.futureResult
+        }
         demand?.completeWith(wait)
         // The end waits for the bandwidth limits' wait after the parts that arrived before the writer: a body that
         // arrived whole before it would otherwise pass unthrottled.
@@ -163,7 +167,13 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         func receive(into writer: BodyWriter) async throws {
             let stream = self.stream
             let request = self.request
-            try await request.value(of: stream.eventLoop.flatSubmit { stream.attach(writer, request: request) })
+            // Where the task runs on the response's event loop (its executor's, as a transfer's task prefers), at
+            // once: no task submitted, no future to wait for it.
+            let end =
+                stream.eventLoop.inEventLoop
+                ? stream.attach(writer, request: request)
+                : stream.eventLoop.flatSubmit { stream.attach(writer, request: request) }
+            try await request.value(of: end)
         }
 
         /// Reads the whole body and returns its first `limit` bytes as text (an error page's explanation), so that the
