@@ -67,10 +67,21 @@ struct Get: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let input = try self.inputFile.map { try CheckedInput.open($0) }
+        // The state database opens on another thread while the input file is read and checked: both take a few
+        // milliseconds before the first request, and one core would otherwise idle through them.
+        let state = self.state
+        let opening = Task.detached { try state.openStore() }
+        let input: CheckedInput?
+        do {
+            input = try self.inputFile.map { try CheckedInput.open($0) }
+        } catch {
+            // The input's error is the one to tell; the store is left as opening it left it.
+            _ = try? await opening.value
+            throw error
+        }
         // Absolute, so that the same command run from elsewhere names the same transfers in the state database.
         let folder = URL(filePath: self.dir, directoryHint: .isDirectory).absoluteURL.standardizedFileURL
-        var configuration = self.options.configuration(store: try self.state.openStore())
+        var configuration = self.options.configuration(store: try await opening.value)
         configuration.conflictPolicy = ConflictPolicy(name: self.onConflict)!
         configuration.naming = self.contentDisposition ? .contentDisposition : .urlPath
         let requests = self.commandLineRequests(folder: folder)

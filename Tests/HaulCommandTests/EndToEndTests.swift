@@ -123,6 +123,13 @@ struct EndToEndTests {
                 #expect(output.status == 64)
                 #expect(output.stderr.contains("line 2: unknown option \"colour\""))
                 #expect(server.requests.isEmpty)
+                // The state database opens while the list is read; when both fail, the list's error is the one told.
+                let both = try await HaulProcess.run(
+                    ["get", "-i", "-", "-d", folder.path, "--state", "/dev/null/state.sqlite"],
+                    stdin: list
+                )
+                #expect(both.status == 64)
+                #expect(both.stderr.contains("line 2: unknown option \"colour\""))
                 #expect(try await HaulProcess.run(["get", "-i", folder.appending(path: "nope.txt").path]).status == 64)
             }
         }
