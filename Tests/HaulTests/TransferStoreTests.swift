@@ -521,7 +521,7 @@ struct TransferStoreTests {
         let hold = DispatchSemaphore(value: 0)
         let held = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
-            try? store.database.writeWithoutTransaction { _ in
+            store.database.writeWithoutTransaction { _ in
                 held.signal()
                 hold.wait()
             }
