@@ -250,8 +250,6 @@ extension TransferManager {
             return id
         }
 
-        /// Adds a request to a batch: a new transfer, a join of a known one, a file the store knows is complete, or
-        /// an immediate failure. `persisted` is what the store knew of the request, read before the lock.
         /// The most transfers the tables are made room for at once: a longer list is fed a window at a time (`haul`
         /// keeps 4,096 queued), and a table sized for all of it would spread a window's records over pages it never
         /// fills.
@@ -268,6 +266,8 @@ extension TransferManager {
             self.scheduler.reserveCapacity(forMoreWaiting: count)
         }
 
+        /// Adds a request to a batch: a new transfer, a join of a known one, a file the store knows is complete, or
+        /// an immediate failure. `persisted` is what the store knew of the request, read before the lock.
         mutating func add(
             _ request: TransferRequest,
             to batchID: BatchID,

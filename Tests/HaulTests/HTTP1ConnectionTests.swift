@@ -146,7 +146,10 @@ struct HTTP1RequestHeadTests {
     @Test func keepsTheCallersOwnHostHeader() {
         #expect(self.head("http://127.0.0.1/a", [("Host", "files.example.com")]).host == ["files.example.com"])
     }
+}
 
+@Suite("Which URLs go on Haul's own connections")
+struct ConnectionPoolAvailabilityTests {
     @Test func isUsedOnlyWhereSwiftNIOsSocketsRunOnTheClientsLoops() {
         // On Apple platforms AsyncHTTPClient's loops are Network.framework's; an embedded loop stands in for them here.
         let url = URL(string: "http://example.com/a")!

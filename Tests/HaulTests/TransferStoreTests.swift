@@ -14,6 +14,32 @@ struct TransferStoreTests {
         return row
     }
 
+    /// A store holding rows for `ids`, and a writer on it whose publishing records wait a minute for others: a test
+    /// sees the wait rather than its end.
+    func lingeringWriter(rows ids: [String]) throws -> (TransferStore, StoreWriter) {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let writer = StoreWriter(store: store, publishingLinger: .seconds(60))
+        for (position, id) in ids.enumerated() {
+            writer.enqueue(.insertItem(batchID: batch, position: position, row: self.row(id)))
+        }
+        writer.flush()
+        return (store, writer)
+    }
+
+    /// The record of `id`'s completion, published at /tmp/x/`id`.
+    func publishing(_ id: String) -> StoreOperation {
+        .publishing(TransferID(id), finalPath: "/tmp/x/\(id)", size: 5, sha256: nil, modified: 1)
+    }
+
+    /// Waits until `condition` holds, for at most 10 s.
+    func waitUntil(_ condition: () -> Bool) async throws {
+        let started = ContinuousClock.now
+        while !condition(), ContinuousClock.now - started < .seconds(10) {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+    }
+
     @Test func migratesAnEmptyDatabaseAndNamesItsMigrations() throws {
         let store = try TransferStore()
         let applied = try store.database.read { try TransferStore.migrator.appliedIdentifiers($0) }
@@ -509,13 +535,7 @@ struct TransferStoreTests {
     }
 
     @Test func aPublishingRecordThatArrivesWhileATransactionRunsWaitsForOthersAfterIt() async throws {
-        let store = try TransferStore()
-        let batch = try store.createBatch()
-        let writer = StoreWriter(store: store, publishingLinger: .seconds(60))
-        for (position, id) in ["during", "last"].enumerated() {
-            writer.enqueue(.insertItem(batchID: batch, position: position, row: self.row(id)))
-        }
-        writer.flush()
+        let (store, writer) = try self.lingeringWriter(rows: ["during", "last"])
         // The database's writer is held, so the next transaction (the periodic flush's, which starts at once) runs
         // until it is let go, and the publishing record comes while it runs.
         let hold = DispatchSemaphore(value: 0)
@@ -528,26 +548,15 @@ struct TransferStoreTests {
         }
         held.wait()
         writer.flushInBackground()
-        let during = Task {
-            await writer.flushAndWait(
-                adding: .publishing("during", finalPath: "/tmp/x/during", size: 5, sha256: nil, modified: 1)
-            )
-        }
+        let during = Task { await writer.flushAndWait(adding: self.publishing("during")) }
         let started = ContinuousClock.now
-        while writer.queuedJobCount == 0, ContinuousClock.now - started < .seconds(10) {
-            try await Task.sleep(for: .milliseconds(1))
-        }
+        try await self.waitUntil { writer.queuedJobCount > 0 }
         #expect(writer.queuedJobCount == 1, "the record waits for the running transaction")
         hold.signal()
-        while !writer.isLingering, ContinuousClock.now - started < .seconds(10) {
-            try await Task.sleep(for: .milliseconds(1))
-        }
+        try await self.waitUntil { writer.isLingering }
         #expect(writer.isLingering, "after the transaction it came during, the record waits for others")
         #expect(try store.row("during")?.finalPath == nil, "and is not written yet")
-        await writer.flushAndWait(
-            adding: .publishing("last", finalPath: "/tmp/x/last", size: 5, sha256: nil, modified: 1),
-            lingering: false
-        )
+        await writer.flushAndWait(adding: self.publishing("last"), lingering: false)
         await during.value
         #expect(ContinuousClock.now - started < .seconds(30), "the last record cut the wait short")
         #expect(try store.row("during")?.finalPath == "/tmp/x/during")
@@ -560,36 +569,18 @@ struct TransferStoreTests {
         let writer = StoreWriter(store: store, publishingLinger: .seconds(60))
         writer.enqueue(.insertItem(batchID: batch, position: 0, row: self.row("last")))
         let started = ContinuousClock.now
-        await writer.flushAndWait(
-            adding: .publishing("last", finalPath: "/tmp/x/last", size: 5, sha256: nil, modified: 1),
-            lingering: false
-        )
+        await writer.flushAndWait(adding: self.publishing("last"), lingering: false)
         #expect(ContinuousClock.now - started < .seconds(30), "not the writer's minute")
         #expect(try store.row("last")?.finalPath == "/tmp/x/last")
     }
 
     @Test func aPublishingRecordWithNoOneToWaitForCutsShortAWaitUnderWayAndTakesItsRecordsAlong() async throws {
-        let store = try TransferStore()
-        let batch = try store.createBatch()
-        let writer = StoreWriter(store: store, publishingLinger: .seconds(60))
-        for (position, id) in ["early", "last"].enumerated() {
-            writer.enqueue(.insertItem(batchID: batch, position: position, row: self.row(id)))
-        }
-        writer.flush()
+        let (store, writer) = try self.lingeringWriter(rows: ["early", "last"])
         let started = ContinuousClock.now
-        let early = Task {
-            await writer.flushAndWait(
-                adding: .publishing("early", finalPath: "/tmp/x/early", size: 5, sha256: nil, modified: 1)
-            )
-        }
-        while !writer.isLingering && ContinuousClock.now - started < .seconds(10) {
-            try await Task.sleep(for: .milliseconds(1))
-        }
+        let early = Task { await writer.flushAndWait(adding: self.publishing("early")) }
+        try await self.waitUntil { writer.isLingering }
         #expect(writer.isLingering, "the first record waits for others")
-        await writer.flushAndWait(
-            adding: .publishing("last", finalPath: "/tmp/x/last", size: 5, sha256: nil, modified: 1),
-            lingering: false
-        )
+        await writer.flushAndWait(adding: self.publishing("last"), lingering: false)
         await early.value
         #expect(ContinuousClock.now - started < .seconds(30), "neither waited for the writer's minute")
         #expect(try store.row("early")?.finalPath == "/tmp/x/early")

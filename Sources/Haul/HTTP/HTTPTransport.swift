@@ -93,21 +93,22 @@ struct HTTPTransport: Sendable {
     /// connections (``ConnectionPool``), https through AsyncHTTPClient.
     func stream(_ url: URL, headers: [(name: String, value: String)]) async throws -> ResponseStream.Started {
         try await self.following(.GET, url, headers: headers) { current, headers in
-            if self.pool.handles(current) {
-                do {
-                    let started = try await self.pool.start(current, headers: headers)
-                    return (started, started.head.status.code, started.head.headers.first(name: "location"))
-                } catch {
-                    throw Self.haulError(for: error, url: current, receivedBody: false)
-                }
-            }
-            let request = try HTTPClient.Request(
-                url: current,
-                method: .GET,
-                headers: HTTPHeaders(headers.map { ($0.name, $0.value) })
-            )
+            // The client's request, for what Haul's own connections do not take.
+            let request =
+                self.pool.handles(current)
+                ? nil
+                : try HTTPClient.Request(
+                    url: current,
+                    method: .GET,
+                    headers: HTTPHeaders(headers.map { ($0.name, $0.value) })
+                )
             do {
-                let started = try await ResponseStream.start(request, on: self.client)
+                let started =
+                    if let request {
+                        try await ResponseStream.start(request, on: self.client)
+                    } else {
+                        try await self.pool.start(current, headers: headers)
+                    }
                 return (started, started.head.status.code, started.head.headers.first(name: "location"))
             } catch {
                 throw Self.haulError(for: error, url: current, receivedBody: false)

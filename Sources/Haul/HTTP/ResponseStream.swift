@@ -148,6 +148,12 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         }
     }
 
+    /// Runs `body` on the event loop: at once where the caller runs on it already (a transfer's task, whose executor
+    /// is its connection's loop, as a rule), with no task submitted and no future to wait for it.
+    private func onEventLoop<T: Sendable>(_ body: @escaping @Sendable () -> EventLoopFuture<T>) -> EventLoopFuture<T> {
+        self.eventLoop.inEventLoop ? body() : self.eventLoop.flatSubmit(body)
+    }
+
     /// On the event loop: the body is dropped from now on.
     private func drop() {
         if case .buffering(_, _, let demand) = self.state { demand?.succeed() }
@@ -167,13 +173,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         func receive(into writer: BodyWriter) async throws {
             let stream = self.stream
             let request = self.request
-            // Where the task runs on the response's event loop (its executor's, as a transfer's task prefers), at
-            // once: no task submitted, no future to wait for it.
-            let end =
-                stream.eventLoop.inEventLoop
-                ? stream.attach(writer, request: request)
-                : stream.eventLoop.flatSubmit { stream.attach(writer, request: request) }
-            try await request.value(of: end)
+            try await request.value(of: stream.onEventLoop { stream.attach(writer, request: request) })
         }
 
         /// Reads the whole body and returns its first `limit` bytes as text (an error page's explanation), so that the
@@ -183,7 +183,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
             let stream = self.stream
             let request = self.request
             let kept = try? await request.value(
-                of: stream.eventLoop.flatSubmit { stream.collect(upTo: limit, request: request) }
+                of: stream.onEventLoop { stream.collect(upTo: limit, request: request) }
             )
             return kept.map { String(decoding: $0, as: UTF8.self) }
         }
@@ -201,8 +201,8 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         }
     }
 
-    /// Sends `request` on AsyncHTTPClient's `client` and returns once the response's head has arrived; cancelling the task cancels the
-    /// request.
+    /// Sends `request` on AsyncHTTPClient's `client` and returns once the response's head has arrived; cancelling the
+    /// task cancels the request.
     static func start(_ request: HTTPClient.Request, on client: HTTPClient) async throws -> Started {
         let eventLoop = client.eventLoopGroup.any()
         let stream = ResponseStream(eventLoop: eventLoop)

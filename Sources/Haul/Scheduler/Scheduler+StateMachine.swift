@@ -78,12 +78,13 @@ extension Scheduler {
         /// Whether a running transfer has left the network (``leftNetwork(_:)``) and is publishing its file.
         package func hasLeftNetwork(_ id: TransferID) -> Bool { self.offNetwork.contains(id) }
 
-        /// A transfer is ready to run; returns the transfers to start now (possibly this one).
-        /// Makes room for `count` more waiting transfers at once (see ``TransferManager/Core/reserveCapacity(forMoreTransfers:)``).
+        /// Makes room for `count` more waiting transfers at once (see
+        /// ``TransferManager/Core/reserveCapacity(forMoreTransfers:)``).
         mutating func reserveCapacity(forMoreWaiting count: Int) {
             self.waiting.reserveCapacity(self.waiting.count + count)
         }
 
+        /// A transfer is ready to run; returns the transfers to start now (possibly this one).
         package mutating func enqueue(_ id: TransferID, host: String, priority: Int = 0) -> [TransferID] {
             precondition(self.waiting[id] == nil && self.running[id] == nil, "\(id) is queued twice")
             let sequence = self.nextSequence
