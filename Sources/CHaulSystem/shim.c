@@ -23,6 +23,36 @@ int haul_rename_noreplace(const char *from, const char *to) {
     return -1;
 }
 
+int haul_open_unnamed(const char *dir, int mode) {
+#if defined(__linux__) && defined(O_TMPFILE)
+    return open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, (mode_t)mode);
+#else
+    (void)dir;
+    (void)mode;
+    errno = EOPNOTSUPP;
+    return -1;
+#endif
+}
+
+int haul_link_descriptor(int fd, const char *path) {
+#if defined(__linux__)
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, link, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0) {
+        return 0;
+    }
+    if (errno != ENOENT || access("/proc/self/fd", F_OK) == 0) {
+        return -1;
+    }
+    return linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
+#else
+    (void)fd;
+    (void)path;
+    errno = ENOTSUP;
+    return -1;
+#endif
+}
+
 int haul_terminal_width(int fd) {
     struct winsize size;
     if (!isatty(fd) || ioctl(fd, TIOCGWINSZ, &size) != 0) {

@@ -454,6 +454,57 @@ struct ResilienceTests {
         }
     }
 
+    /// What the download's folder holds while the body stalls after 50,000 bytes, downloading with or without a
+    /// store; the idle timeout then ends the attempt, and the retry resumes from what it received.
+    func namesWhileStalled(
+        withStore: Bool
+    ) async throws -> (
+        whileStalled: [String], after: [String], part: String, requests: [FaultInjectingServer.RecordedRequest]
+    ) {
+        let resource = FaultInjectingServer.Resource(body: Self.body, faults: [.stall(afterBytes: 50_000)])
+        return try await FaultInjectingServer.withServer(resources: ["/file": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                let request = TransferRequest(url: server.url("/file"), into: folder)
+                var configuration = TransferManager.Configuration.retrying(idleTimeout: .seconds(5))
+                if withStore { configuration.store = try TransferStore() }
+                let seen = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    let batch = try manager.enqueue(request)
+                    // Looked at as soon as the bytes before the stall have arrived (the stall lasts until the idle
+                    // timeout ends the attempt).
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    while manager.progress(of: request.id)?.receivedBytes != 50_000, ContinuousClock.now < deadline {
+                        try await Task.sleep(for: .milliseconds(2))
+                    }
+                    let seen = names(in: folder)
+                    #expect(await batch.report().completed.count == 1)
+                    return seen
+                }
+                #expect(contents(of: folder.appending(path: "file")) == Self.body)
+                return (seen, names(in: folder), Self.partialFileName("file", of: request), server.requests)
+            }
+        }
+    }
+
+    @Test func withoutAStoreASmallFileHasNoNameUntilItIsComplete() async throws {
+        let result = try await self.namesWhileStalled(withStore: false)
+        #if os(Linux)
+        // Made without a name (O_TMPFILE) and named once, when published: no `.part` name, no rename.
+        #expect(result.whileStalled == [])
+        #else
+        #expect(result.whileStalled == [result.part])
+        #endif
+        // The timed-out attempt left its bytes under the `.part` name, and the retry resumed from them.
+        #expect(self.resumed(result.requests, atMost: 50_000), "\(result.requests.map(\.range))")
+        #expect(result.after == ["file"])
+    }
+
+    @Test func withAStoreTheFileArrivesUnderItsPartialName() async throws {
+        let result = try await self.namesWhileStalled(withStore: true)
+        #expect(result.whileStalled == [result.part])
+        #expect(self.resumed(result.requests, atMost: 50_000), "\(result.requests.map(\.range))")
+        #expect(result.after == ["file"])
+    }
+
     @Test func replacesASymbolicLinkAtTheFinalPathInsteadOfFollowingIt() async throws {
         try await FaultInjectingServer.withServer(resources: ["/file": .init(body: Self.body)]) { server in
             try await withTemporaryDirectory { folder in

@@ -71,6 +71,105 @@ struct PartialFileTests {
         #expect(try Self.onDisk(path) == Self.bytes(PartialFile.maximumBuffers * 10))
     }
 
+    #if os(Linux)
+    /// Thrown when the system cannot make a file without a name (every Linux file system the tests run on can).
+    struct NoFileWithoutAName: Error {}
+
+    /// A new file without a name in `folder`, whose `.part` name would be `part`.
+    static func unnamed(in folder: String, part: String) throws -> PartialFile {
+        guard let file = PartialFile(unnamedIn: folder, partPath: part) else { throw NoFileWithoutAName() }
+        return file
+    }
+
+    /// The names in a folder, sorted.
+    static func names(in folder: Folder) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: folder.url.path).sorted()
+    }
+
+    @Test func aFileWithoutANameLeavesNothingInItsFolderUntilItIsPublished() throws {
+        let folder = try Folder()
+        let target = folder.url.appending(path: "f.bin")
+        var file = try Self.unnamed(in: folder.url.path, part: target.path + ".tag.part")
+        try file.append(ByteBuffer(bytes: Self.bytes(300_000)))
+        try file.flush()
+        #expect(try Self.names(in: folder) == [])
+        #expect(try file.publishWithoutReplacing(at: target.path))
+        let isUnnamed = file.isUnnamed
+        #expect(!isUnnamed)
+        #expect(try Self.onDisk(target) == Self.bytes(300_000))
+        #expect(try Self.names(in: folder) == ["f.bin"])
+    }
+
+    @Test func publishingAFileWithoutANameNeverReplacesOneThere() throws {
+        let folder = try Folder()
+        let taken = folder.url.appending(path: "f.bin")
+        try Data("keep".utf8).write(to: taken)
+        var file = try Self.unnamed(in: folder.url.path, part: taken.path + ".tag.part")
+        try file.append(ByteBuffer(bytes: Self.bytes(1_000)))
+        try file.flush()
+        #expect(try file.publishWithoutReplacing(at: taken.path) == false)
+        let isUnnamed = file.isUnnamed
+        #expect(isUnnamed)
+        #expect(try Self.onDisk(taken) == Array("keep".utf8))
+        let next = folder.url.appending(path: "f (1).bin")
+        #expect(try file.publishWithoutReplacing(at: next.path))
+        #expect(try Self.onDisk(next) == Self.bytes(1_000))
+    }
+
+    @Test func anUnfinishedFileWithoutANameKeepsItsBytesUnderItsPartialNameInsteadOfAStaleOne() throws {
+        let folder = try Folder()
+        let part = folder.url.appending(path: "f.bin.tag.part")
+        try Data(repeating: 0xEE, count: 5_000).write(to: part)
+        var file = try Self.unnamed(in: folder.url.path, part: part.path)
+        // Gathered, not yet written: naming the file writes them first.
+        try file.append(ByteBuffer(bytes: Self.bytes(2_000)))
+        try file.nameAtPartPath()
+        let isUnnamed = file.isUnnamed
+        #expect(!isUnnamed)
+        #expect(try Self.onDisk(part) == Self.bytes(2_000))
+        try file.append(ByteBuffer(bytes: Self.bytes(500, from: 2_000)))
+        try file.flush()
+        #expect(try Self.onDisk(part) == Self.bytes(2_500))
+    }
+
+    @Test func aFileWithoutANameThatIsNeverPublishedLeavesNothingBehind() throws {
+        let folder = try Folder()
+        do {
+            var file = try Self.unnamed(in: folder.url.path, part: folder.url.path + "/f.tag.part")
+            try file.append(ByteBuffer(bytes: Self.bytes(100)))
+            try file.flush()
+        }
+        do {
+            var file = try Self.unnamed(in: folder.url.path, part: folder.url.path + "/g.tag.part")
+            try file.append(ByteBuffer(bytes: Self.bytes(100)))
+            try file.flush()
+            file.discard()
+        }
+        #expect(try Self.names(in: folder) == [])
+    }
+
+    @Test func aFileWithoutANameCanReplaceOneWhenThePolicySaysSo() throws {
+        let folder = try Folder()
+        let target = folder.url.appending(path: "f.bin")
+        try Data("old".utf8).write(to: target)
+        var file = try Self.unnamed(in: folder.url.path, part: target.path + ".tag.part")
+        try file.append(ByteBuffer(bytes: Self.bytes(700)))
+        try file.publishReplacing(at: target.path)
+        #expect(try Self.onDisk(target) == Self.bytes(700))
+        #expect(try Self.names(in: folder) == ["f.bin"])
+    }
+
+    @Test func aFileWithoutANameCreatesItsMissingFolders() throws {
+        let folder = try Folder()
+        let inner = folder.url.appending(path: "a/b")
+        var file = try Self.unnamed(in: inner.path, part: inner.path + "/f.tag.part")
+        try file.append(ByteBuffer(bytes: Self.bytes(10)))
+        try file.flush()
+        #expect(try file.publishWithoutReplacing(at: inner.path + "/f"))
+        #expect(try Self.onDisk(inner.appending(path: "f")) == Self.bytes(10))
+    }
+    #endif
+
     @Test func writingResumesAtTheEndOfWhatIsAlreadyThere() throws {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part")

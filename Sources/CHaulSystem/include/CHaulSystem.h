@@ -8,6 +8,17 @@
 /// system or file system cannot do it (the caller then falls back to link and unlink).
 int haul_rename_noreplace(const char *from, const char *to);
 
+/// Opens a new regular file without a name in the folder `dir`, for writing (Linux's `O_TMPFILE`, mode `mode` less
+/// the umask): it is named by haul_link_descriptor, and vanishes with its last descriptor when it never is. Returns
+/// the descriptor, or -1 with errno set: EOPNOTSUPP, EISDIR or EINVAL when the system or the folder's file system
+/// cannot, ENOENT when the folder is missing.
+int haul_open_unnamed(const char *dir, int mode);
+
+/// Gives the file open on `fd` (opened by haul_open_unnamed) the name `path`, which must not exist: `linkat` of
+/// `/proc/self/fd/N`, or of the descriptor itself when `/proc` is not mounted (which needs CAP_DAC_READ_SEARCH).
+/// Returns 0, or -1 with errno set: EEXIST when `path` exists.
+int haul_link_descriptor(int fd, const char *path);
+
 /// The width in columns of the terminal on `fd`, or 0 when it is not a terminal (ioctl is variadic, which Swift
 /// cannot call).
 int haul_terminal_width(int fd);

@@ -1,5 +1,6 @@
 import CHaulSystem
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 
 #if canImport(Glibc)
@@ -16,7 +17,22 @@ import Darwin
 /// cannot redirect the write. Writes are gathered to ``batchSize`` (256 KiB) before they reach the kernel: fewer,
 /// larger writes cost less CPU than one per network read. The gathered buffers are the HTTP client's own, written
 /// together with one `pwritev`: no copy into a buffer of ours, and no 256 KiB buffer for a 16 KiB file.
+///
+/// On Linux, a new file of known length up to ``unnamedLimit`` may be made without a name (``init(unnamedIn:partPath:)``)
+/// and named once, when it is published: one directory change per file instead of two (the `.part` name's creation,
+/// then the rename). An attempt that ends before publishing names it at ``path`` (``nameAtPartPath()``), so a retry
+/// in the same process resumes from it as usual; a killed process loses it, which costs nothing without a store
+/// (a new process has no validator to resume a `.part` file with: it starts it over). Made so only by a manager
+/// without a store: there, 2,000 files of 16 KiB on ext4 took 128.5 → 119.3 ms (system CPU 133 → 109 ms; tmpfs and
+/// 1 MiB files unchanged). With a store, each file waits for its completion's commit before it is named, and holding
+/// the files open through that wait made the same batch slower (tmpfs: 111 → 130 ms at equal CPU, the cores idle
+/// longer; a `.part` file held open through the wait cost the same), so files there get their `.part` names at once.
 package struct PartialFile: ~Copyable {
+    /// The largest file made without a name: what a killed process may lose of each file it was downloading.
+    package static let unnamedLimit: Int64 = 1 << 20
+    /// The most files without a name open at once in the process (each keeps its descriptor until it is published);
+    /// past it, new files get their `.part` name at once.
+    static let maximumUnnamed = 256
     /// How many bytes are gathered before one write.
     static let batchSize = 256 * 1024
     /// The most buffers one write takes (Linux and Darwin accept 1,024).
@@ -25,8 +41,14 @@ package struct PartialFile: ~Copyable {
     /// holding that buffer holds all of it.
     static let maximumHeldStorage = 2 * batchSize
 
+    /// The `.part` file's path: where the file is, or, for one without a name yet, where an unfinished attempt
+    /// leaves it.
     let path: String
     private let descriptor: Int32
+    /// Whether the file has no name yet (see ``init(unnamedIn:partPath:)``).
+    package private(set) var isUnnamed: Bool
+    /// Whether it was opened without a name (it counts among ``maximumUnnamed`` until it is closed).
+    private let wasOpenedUnnamed: Bool
     /// Received, not yet written, in order.
     private var pending: [ByteBuffer] = []
     private var pendingBytes = 0
@@ -65,9 +87,76 @@ package struct PartialFile: ~Copyable {
         self.path = path
         self.descriptor = descriptor
         self.size = Int64(status.st_size)
+        self.isUnnamed = false
+        self.wasOpenedUnnamed = false
     }
 
-    deinit { close(self.descriptor) }
+    /// Opens a new, empty file without a name in `folder` (created with its parents when missing), whose `.part`
+    /// name would be `partPath`; `nil` where that cannot be done (not Linux, a file system without `O_TMPFILE`, no
+    /// `/proc`, or ``maximumUnnamed`` open already): the caller then opens the `.part` file.
+    package init?(unnamedIn folder: String, partPath: String) {
+        guard Self.unnamedFiles.reserve() else { return nil }
+        var descriptor = haul_open_unnamed(folder, 0o644)
+        if descriptor < 0, errno == ENOENT,
+            (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) != nil
+        {
+            descriptor = haul_open_unnamed(folder, 0o644)
+        }
+        guard descriptor >= 0 else {
+            if errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL { Self.unnamedFiles.disable() }
+            Self.unnamedFiles.release()
+            return nil
+        }
+        self.path = partPath
+        self.descriptor = descriptor
+        self.size = 0
+        self.isUnnamed = true
+        self.wasOpenedUnnamed = true
+    }
+
+    deinit {
+        close(self.descriptor)
+        if self.wasOpenedUnnamed { Self.unnamedFiles.release() }
+    }
+
+    /// Gives a file without a name its `.part` name, with what is gathered written first, so that what the attempt
+    /// received outlives it (a retry resumes from it; a cancel removes it as usual). Nothing to do for a named file.
+    package mutating func nameAtPartPath() throws(HaulError) {
+        guard self.isUnnamed else { return }
+        try self.flush()
+        if haul_link_descriptor(self.descriptor, self.path) != 0 {
+            // A `.part` file left there by an earlier process holds nothing this one can resume from.
+            guard errno == EEXIST, unlink(self.path) == 0 || errno == ENOENT,
+                haul_link_descriptor(self.descriptor, self.path) == 0
+            else { throw .posix("Cannot name the file \(self.path)") }
+        }
+        self.isUnnamed = false
+    }
+
+    /// Gives the finished file the name `target` without replacing anything: `false` when `target` exists.
+    package mutating func publishWithoutReplacing(at target: String) throws(HaulError) -> Bool {
+        guard self.isUnnamed else { return try Self.publishWithoutReplacing(self.path, at: target) }
+        guard haul_link_descriptor(self.descriptor, target) == 0 else {
+            if errno == EEXIST { return false }
+            // Not for this file system, or not allowed here: the next files get their `.part` names at once.
+            Self.unnamedFiles.disable()
+            throw .posix("Cannot name the file \(target)")
+        }
+        self.isUnnamed = false
+        return true
+    }
+
+    /// Gives the finished file the name `target`, replacing what is there atomically.
+    package mutating func publishReplacing(at target: String) throws(HaulError) {
+        try self.nameAtPartPath()
+        try Self.publishReplacing(self.path, at: target)
+    }
+
+    /// Removes the file: its `.part` name, or nothing for a file without a name (it vanishes when closed).
+    package mutating func discard() {
+        if !self.isUnnamed { Self.remove(self.path) }
+        self.isUnnamed = false
+    }
 
     /// Appends bytes at the end; they reach the file when the batch is full or on ``flush()``.
     package mutating func append(_ buffer: ByteBuffer) throws(HaulError) {
@@ -173,6 +262,41 @@ package struct PartialFile: ~Copyable {
 }
 
 extension PartialFile {
+    /// How many files without a name are open, and whether they can be made at all.
+    static let unnamedFiles = UnnamedFiles()
+
+    final class UnnamedFiles: Sendable {
+        private let state: NIOLockedValueBox<(open: Int, isAvailable: Bool)>
+
+        init() {
+            #if os(Linux)
+            // Naming a file by its descriptor goes through /proc (or needs a capability the process may not have).
+            let isAvailable = access("/proc/self/fd", F_OK) == 0
+            #else
+            let isAvailable = false
+            #endif
+            self.state = NIOLockedValueBox((0, isAvailable))
+        }
+
+        /// Counts one more, when below ``PartialFile/maximumUnnamed`` and available.
+        func reserve() -> Bool {
+            self.state.withLockedValue { state in
+                guard state.isAvailable, state.open < PartialFile.maximumUnnamed else { return false }
+                state.open += 1
+                return true
+            }
+        }
+
+        func release() {
+            self.state.withLockedValue { $0.open -= 1 }
+        }
+
+        /// No more files without a name in this process (a file system or a system that cannot name them).
+        func disable() {
+            self.state.withLockedValue { $0.isAvailable = false }
+        }
+    }
+
     /// Feeds the first `count` bytes already on disk to `body`, in chunks, to hash a resumed file from its start.
     static func read(_ path: String, upTo count: Int64, _ body: (UnsafeRawBufferPointer) -> Void) throws(HaulError) {
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
@@ -237,6 +361,20 @@ extension PartialFile {
             throw HaulError(.fileSystem, "\(path) is not a regular file; it is left alone")
         }
         return Int64(status.st_size)
+    }
+
+    /// Whether a regular file is at `path`: `false` when nothing is; an error when something else is (a symbolic link
+    /// planted at a partial file's path is refused, never followed or removed).
+    static func regularFileExists(at path: String) throws(HaulError) -> Bool {
+        var status = stat()
+        guard lstat(path, &status) == 0 else {
+            if errno == ENOENT { return false }
+            throw .posix("Cannot read \(path)")
+        }
+        guard (status.st_mode & S_IFMT) == S_IFREG else {
+            throw HaulError(.fileSystem, "\(path) is not a regular file; it is left alone")
+        }
+        return true
     }
 
     /// Whether anything (a file, a folder, a link) is at `path`.

@@ -65,8 +65,7 @@ final class BodyWriter: @unchecked Sendable {
             )
         }
         if let maximum = self.plan.maximumFileSize, size > maximum {
-            self.file = nil
-            PartialFile.remove(self.partPath)
+            self.discard()
             throw HaulError(
                 .fileTooLarge,
                 "The file grew past the maximum of \(maximum) bytes",
@@ -94,8 +93,44 @@ final class BodyWriter: @unchecked Sendable {
         try self.file?.flush()
     }
 
+    /// Whether the file is open without a name yet (it stays open until it is published or kept).
+    var isUnnamed: Bool { self.file?.isUnnamed ?? false }
+
     /// Closes the file.
     func close() {
         self.file = nil
+    }
+
+    /// Closes the file and removes it.
+    func discard() {
+        if self.file == nil {
+            PartialFile.remove(self.partPath)
+        } else {
+            self.file!.discard()
+            self.file = nil
+        }
+    }
+
+    /// Leaves what was received under the `.part` name, when the file has no name yet: an attempt ending before it
+    /// publishes (an error, a cancel), so that a retry resumes from it. Best effort: what cannot be named is lost, as
+    /// when the process is killed.
+    func keepUnpublished() {
+        guard self.isUnnamed else { return }
+        if (try? self.file!.nameAtPartPath()) == nil { self.file = nil }
+    }
+
+    /// Moves the finished file to `target` without replacing anything: `false` when `target` exists.
+    func publishWithoutReplacing(at target: String) throws(HaulError) -> Bool {
+        guard self.file != nil else { return try PartialFile.publishWithoutReplacing(self.partPath, at: target) }
+        return try self.file!.publishWithoutReplacing(at: target)
+    }
+
+    /// Moves the finished file to `target`, replacing what is there.
+    func publishReplacing(at target: String) throws(HaulError) {
+        guard self.file != nil else {
+            try PartialFile.publishReplacing(self.partPath, at: target)
+            return
+        }
+        try self.file!.publishReplacing(at: target)
     }
 }

@@ -62,6 +62,9 @@ extension Download {
         /// Validators from an earlier attempt in this process, to resume its partial file.
         var validator: Validator?
         var synchronizesFiles: Bool
+        /// Whether a new small file may be made without a name and named once, when published (``PartialFile``):
+        /// when the manager has no store, so that nothing waits between the file's end and its name.
+        var namesFilesWhenPublished = false
         /// Where the attempt stores its byte count for the manager to sample.
         var progress: ProgressCell
         var maximumFileSize: Int64?
@@ -286,6 +289,42 @@ extension Download {
             throw error
         }
 
+        do {
+            let outcome = try await self.finish(
+                plan,
+                response: response,
+                writer: writer,
+                offset: offset,
+                expectedBytes: expectedBytes,
+                completeWithoutBody: completeWithoutBody,
+                transport: transport,
+                observer: observer,
+                mayRestart: mayRestart
+            )
+            writer.close()
+            return outcome
+        } catch {
+            // A file without a name keeps what arrived under its `.part` name, for the retry (or the cancel) to find.
+            writer.keepUnpublished()
+            writer.close()
+            throw error
+        }
+    }
+
+    /// Receives the body into `writer`, checks the file, and publishes it.
+    private static func finish(
+        _ plan: Plan,
+        response: ResponseStream.Started,
+        writer: BodyWriter,
+        offset: Int64,
+        expectedBytes: Int64?,
+        completeWithoutBody: Bool,
+        transport: HTTPTransport,
+        observer: some Observer,
+        mayRestart: Bool
+    ) async throws -> AttemptOutcome {
+        let status = writer.status
+        let partPath = writer.partPath
         if completeWithoutBody {
             response.discard()
         } else {
@@ -323,12 +362,12 @@ extension Download {
             )
         }
         if let verificationError {
-            writer.close()
             // A resumed file may splice two versions; one fresh download tells whether the source itself is wrong.
             guard offset > 0 else {
-                PartialFile.remove(partPath)
+                writer.discard()
                 throw verificationError
             }
+            writer.close()
             return try await self.restart(
                 plan,
                 transport: transport,
@@ -341,7 +380,8 @@ extension Download {
         if plan.synchronizesFiles { try writer.file!.synchronize() }
         // Read from the open file unless a validator hook may still touch it.
         let modified = plan.hooks.validatesFile == nil ? writer.file!.modificationTime() : nil
-        writer.close()
+        // A file without a name stays open until it is named; a `.part` file is closed now.
+        if !writer.isUnnamed { writer.close() }
         if let validates = plan.hooks.validatesFile, !validates(plan.id, URL(filePath: partPath)) {
             PartialFile.remove(partPath)
             throw HaulError(.validationFailed, "The file validator rejected the file", httpStatus: status)
@@ -349,7 +389,7 @@ extension Download {
         let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : writer.sha256Digester?.finalize()
         return try await self.publish(
             plan,
-            partPath: partPath,
+            writer: writer,
             byteCount: byteCount,
             sha256: sha256,
             modified: modified,
@@ -464,10 +504,28 @@ extension Download {
         status: Int,
         observer: some Observer
     ) throws -> BodyWriter {
-        var file = try PartialFile(openingAt: partPath)
-        if offset == 0, file.size > 0 {
-            try file.startOver()
-            observer.restarted(plan.id, reason: "no validator from the server to resume the partial file safely")
+        let noValidator = "no validator from the server to resume the partial file safely"
+        var file: PartialFile
+        // A new file of known, small length is made without a name when nothing waits between its end and its
+        // publishing (see ``PartialFile``), unless a validator hook must see it by its path or the policy replaces
+        // files (a name, then a rename, as for a `.part` file).
+        if plan.namesFilesWhenPublished, offset == 0, let length = expectedBytes, length <= PartialFile.unnamedLimit,
+            plan.hooks.validatesFile == nil, plan.conflictPolicy != .overwrite,
+            let unnamed = PartialFile(unnamedIn: Self.folder(of: partPath), partPath: partPath)
+        {
+            file = unnamed
+            // A `.part` file left there without a validator cannot be resumed: removed, as opening it would empty it
+            // (anything else there, a link say, is refused and left alone, as opening it would refuse it).
+            if try PartialFile.regularFileExists(at: partPath) {
+                PartialFile.remove(partPath)
+                observer.restarted(plan.id, reason: noValidator)
+            }
+        } else {
+            file = try PartialFile(openingAt: partPath)
+            if offset == 0, file.size > 0 {
+                try file.startOver()
+                observer.restarted(plan.id, reason: noValidator)
+            }
         }
         guard file.size == offset else {
             throw HaulError(.fileSystem, "\(partPath) changed while it was being resumed")
@@ -488,6 +546,12 @@ extension Download {
             status: status,
             plan: plan
         )
+    }
+
+    /// The folder of a file's path: everything before its last `/`.
+    private static func folder(of path: String) -> String {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return "." }
+        return slash == path.utf8.startIndex ? "/" : String(path[..<slash])
     }
 
     /// Discards the partial file and tries once more from zero, or fails when that was the second try.
@@ -530,7 +594,7 @@ extension Download {
     /// takes the name in between, the next name is chosen and reported.
     private static func publish(
         _ plan: Plan,
-        partPath part: String,
+        writer: BodyWriter,
         byteCount: Int64,
         sha256: String?,
         modified: Double?,
@@ -541,7 +605,7 @@ extension Download {
         let name = components.removeLast()
         func path(_ name: String) -> String { plan.finalPath(components + [name]) }
         // Read before the rename, which keeps it: the completion is recorded with it before the file is in place.
-        let modified = modified ?? Persisted.sizeAndModification(part)?.1
+        let modified = modified ?? Persisted.sizeAndModification(writer.partPath)?.1
         func record(_ target: String) async -> Bool {
             await observer.willPublish(
                 plan.id,
@@ -567,7 +631,7 @@ extension Download {
         if plan.conflictPolicy == .overwrite {
             let target = path(name)
             let recorded = await record(target)
-            try PartialFile.publishReplacing(part, at: target)
+            try writer.publishReplacing(at: target)
             return completed(target, named: name, recorded: recorded)
         }
         // Lazily: most files take the first name, and building 10,000 names per file costs more than the download.
@@ -581,11 +645,11 @@ extension Download {
             let target = path(candidate)
             guard (index == 0 && tryFirstBlind) || !PartialFile.exists(target) else { continue }
             let recorded = await record(target)
-            if try PartialFile.publishWithoutReplacing(part, at: target) {
+            if try writer.publishWithoutReplacing(at: target) {
                 return completed(target, named: candidate, recorded: recorded)
             }
         }
-        PartialFile.remove(part)
+        writer.discard()
         if plan.conflictPolicy == .skip { return .skipped(existing: URL(filePath: path(name))) }
         if plan.conflictPolicy == .fail {
             return .failed(HaulError(.fileExists, "\(path(name)) exists (conflict policy: fail)"))
