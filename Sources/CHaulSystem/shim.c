@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <sqlite3.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 int haul_rename_noreplace(const char *from, const char *to) {
@@ -51,6 +52,28 @@ int haul_link_descriptor(int fd, const char *path) {
     errno = ENOTSUP;
     return -1;
 #endif
+}
+
+int haul_reserve_descriptors(int count) {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && (rlim_t)count > limit.rlim_cur) {
+        count = (int)limit.rlim_cur;
+    }
+    if (count < 4) {
+        return -1;
+    }
+    int source = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (source < 0) {
+        return -1;
+    }
+    // The lowest free descriptor from the last slot on: never one in use.
+    int last = fcntl(source, F_DUPFD_CLOEXEC, count - 1);
+    close(source);
+    if (last < 0) {
+        return -1;
+    }
+    close(last);
+    return count;
 }
 
 int haul_terminal_width(int fd) {

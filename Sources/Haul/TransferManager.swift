@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import CHaulSystem
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
@@ -519,4 +520,23 @@ extension TransferManager: Download.Observer {
         return true
     }
 
+}
+
+extension TransferManager {
+    /// Grows the process's table of file descriptors to hold `count` of them now, for programs that own their process
+    /// (the `haul` command calls it first thing in `main`): call it before the program starts its first thread.
+    ///
+    /// Linux grows the table by doubling it when a descriptor past its end is opened; in a process with several threads,
+    /// each doubling waits for an RCU grace period, and the thread opening the descriptor waits with it. A batch passes
+    /// 64 and 128 descriptors at once (connections, files being written, files waiting for their completion's commit),
+    /// on the event loops: 2,000 files of 16 KiB with a store and `-j 64` took 132.9 → 118.9 ms on tmpfs with the
+    /// table grown beforehand (at `-j 16` a batch stays under 64 and nothing changes). Nothing else changes; the slots
+    /// cost a few KiB.
+    ///
+    /// - Returns: how many slots were reserved (fewer than `count` when the descriptor limit is lower), or `nil`.
+    @discardableResult
+    public static func reserveFileDescriptors(_ count: Int = 1024) -> Int? {
+        let reserved = haul_reserve_descriptors(Int32(clamping: count))
+        return reserved < 0 ? nil : Int(reserved)
+    }
 }

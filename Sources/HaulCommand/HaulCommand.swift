@@ -1,4 +1,5 @@
 import ArgumentParser
+import Haul
 
 @main
 struct HaulCommand: AsyncParsableCommand {
@@ -12,4 +13,10 @@ struct HaulCommand: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [Get.self, Put.self, Remove.self, Status.self, Resume.self]
     )
+
+    static func main() async {
+        // While the process has one thread: grown later, by the event loops, each doubling of the table waits.
+        TransferManager.reserveFileDescriptors()
+        await Self.main(nil)
+    }
 }

@@ -19,6 +19,13 @@ int haul_open_unnamed(const char *dir, int mode);
 /// Returns 0, or -1 with errno set: EEXIST when `path` exists.
 int haul_link_descriptor(int fd, const char *path);
 
+/// Grows the process's table of file descriptors to hold `count` of them (fewer when the descriptor limit is lower),
+/// by duplicating a descriptor to the table's last slot and closing it again; nothing else changes. Returns the
+/// number of slots reserved, or -1. Linux grows the table by doubling it when a descriptor past its end is opened,
+/// and in a process with more than one thread each doubling waits for an RCU grace period, milliseconds during which
+/// the thread opening the descriptor is stopped; a process with one thread grows it at no such cost.
+int haul_reserve_descriptors(int count);
+
 /// The width in columns of the terminal on `fd`, or 0 when it is not a terminal (ioctl is variadic, which Swift
 /// cannot call).
 int haul_terminal_width(int fd);

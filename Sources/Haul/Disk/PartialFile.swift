@@ -24,9 +24,12 @@ import Darwin
 /// in the same process resumes from it as usual; a killed process loses it, which costs nothing without a store
 /// (a new process has no validator to resume a `.part` file with: it starts it over). Made so only by a manager
 /// without a store: there, 2,000 files of 16 KiB on ext4 took 128.5 → 119.3 ms (system CPU 133 → 109 ms; tmpfs and
-/// 1 MiB files unchanged). With a store, each file waits for its completion's commit before it is named, and holding
-/// the files open through that wait made the same batch slower (tmpfs: 111 → 130 ms at equal CPU, the cores idle
-/// longer; a `.part` file held open through the wait cost the same), so files there get their `.part` names at once.
+/// 1 MiB files unchanged). With a store, each file waits for its completion's commit before it is named, so about a
+/// hundred files stay open through that wait: the process passes 64 descriptors, and Linux grows its table of them
+/// while other threads run, which waits for an RCU grace period (tmpfs: 111 → 130 ms, the cores idle). With the table
+/// grown beforehand (``TransferManager/reserveFileDescriptors(_:)``) that wait is gone, and files without a name gained
+/// on ext4 with a store too (157.8 → 150.2 ms, tmpfs unchanged); not done yet: a library's host that does not grow its
+/// table would pay the wait. With a store, files get their `.part` names at once.
 package struct PartialFile: ~Copyable {
     /// The largest file made without a name: what a killed process may lose of each file it was downloading.
     package static let unnamedLimit: Int64 = 1 << 20
