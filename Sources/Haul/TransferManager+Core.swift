@@ -537,7 +537,7 @@ extension TransferManager {
                 computesSHA256: record.request.computesSHA256,
                 validator: record.validator,
                 synchronizesFiles: configuration.synchronizesFiles,
-                namesFilesWhenPublished: configuration.store == nil,
+                namesFilesWhenPublished: configuration.writesSmallFilesUnnamed ?? (configuration.store == nil),
                 progress: progressCell ?? ProgressCell(record.receivedBytes),
                 maximumFileSize: configuration.maximumFileSize,
                 lowSpeedLimit: configuration.lowSpeedLimit,

@@ -16,7 +16,14 @@ struct HaulCommand: AsyncParsableCommand {
 
     static func main() async {
         // While the process has one thread: grown later, by the event loops, each doubling of the table waits.
-        TransferManager.reserveFileDescriptors()
+        _ = DescriptorTable.reserved
         await Self.main(nil)
     }
+}
+
+/// The process's table of file descriptors, grown to 1,024 slots when `main` starts.
+enum DescriptorTable {
+    /// How many slots were reserved, if any: then new small files may be written without a name even with the
+    /// state database (``TransferManager/Configuration/writesSmallFilesUnnamed``).
+    static let reserved = TransferManager.reserveFileDescriptors()
 }

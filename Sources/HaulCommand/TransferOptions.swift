@@ -71,6 +71,9 @@ struct TransferOptions: ParsableArguments {
         configuration.retryPolicy.maximumAttempts = self.retries + 1
         configuration.bandwidthLimit = self.limitRate.flatMap(Rate.parse)
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
+        // The table of descriptors was grown before the first thread, so files held open until their completion is
+        // committed cost no wait: new small files are written without a name with the state database too.
+        if let reserved = DescriptorTable.reserved, reserved >= 256 { configuration.writesSmallFilesUnnamed = true }
         return configuration
     }
 }

@@ -455,9 +455,11 @@ struct ResilienceTests {
     }
 
     /// What the download's folder holds while the body stalls after 50,000 bytes, downloading with or without a
-    /// store; the idle timeout then ends the attempt, and the retry resumes from what it received.
+    /// store (and `unnamed` as the configuration's `writesSmallFilesUnnamed`); the idle timeout then ends the attempt,
+    /// and the retry resumes from what it received.
     func namesWhileStalled(
-        withStore: Bool
+        withStore: Bool,
+        unnamed: Bool? = nil
     ) async throws -> (
         whileStalled: [String], after: [String], part: String, requests: [FaultInjectingServer.RecordedRequest]
     ) {
@@ -467,6 +469,7 @@ struct ResilienceTests {
                 let request = TransferRequest(url: server.url("/file"), into: folder)
                 var configuration = TransferManager.Configuration.retrying(idleTimeout: .seconds(5))
                 if withStore { configuration.store = try TransferStore() }
+                configuration.writesSmallFilesUnnamed = unnamed
                 let seen = try await TransferManager.withTransferManager(configuration: configuration) { manager in
                     let batch = try manager.enqueue(request)
                     // Looked at as soon as the bytes before the stall have arrived (the stall lasts until the idle
@@ -498,11 +501,19 @@ struct ResilienceTests {
         #expect(result.after == ["file"])
     }
 
-    @Test func withAStoreTheFileArrivesUnderItsPartialName() async throws {
+    @Test func withAStoreTheFileArrivesUnderItsPartialNameUnlessAskedOtherwise() async throws {
         let result = try await self.namesWhileStalled(withStore: true)
         #expect(result.whileStalled == [result.part])
         #expect(self.resumed(result.requests, atMost: 50_000), "\(result.requests.map(\.range))")
         #expect(result.after == ["file"])
+        let asked = try await self.namesWhileStalled(withStore: true, unnamed: true)
+        #if os(Linux)
+        #expect(asked.whileStalled == [])
+        #else
+        #expect(asked.whileStalled == [asked.part])
+        #endif
+        #expect(self.resumed(asked.requests, atMost: 50_000), "\(asked.requests.map(\.range))")
+        #expect(asked.after == ["file"])
     }
 
     @Test func replacesASymbolicLinkAtTheFinalPathInsteadOfFollowingIt() async throws {

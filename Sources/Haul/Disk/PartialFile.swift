@@ -28,8 +28,8 @@ import Darwin
 /// hundred files stay open through that wait: the process passes 64 descriptors, and Linux grows its table of them
 /// while other threads run, which waits for an RCU grace period (tmpfs: 111 → 130 ms, the cores idle). With the table
 /// grown beforehand (``TransferManager/reserveFileDescriptors(_:)``) that wait is gone, and files without a name gained
-/// on ext4 with a store too (157.8 → 150.2 ms, tmpfs unchanged); not done yet: a library's host that does not grow its
-/// table would pay the wait. With a store, files get their `.part` names at once.
+/// on ext4 with a store too (157.8 → 150.2 ms, tmpfs unchanged). Who decides:
+/// ``TransferManager/Configuration/writesSmallFilesUnnamed``.
 package struct PartialFile: ~Copyable {
     /// The largest file made without a name: what a killed process may lose of each file it was downloading.
     package static let unnamedLimit: Int64 = 1 << 20

@@ -62,8 +62,8 @@ extension Download {
         /// Validators from an earlier attempt in this process, to resume its partial file.
         var validator: Validator?
         var synchronizesFiles: Bool
-        /// Whether a new small file may be made without a name and named once, when published (``PartialFile``):
-        /// when the manager has no store, so that nothing waits between the file's end and its name.
+        /// Whether a new small file may be made without a name and named once, when published (``PartialFile``; see
+        /// ``TransferManager/Configuration/writesSmallFilesUnnamed``).
         var namesFilesWhenPublished = false
         /// Where the attempt stores its byte count for the manager to sample.
         var progress: ProgressCell
