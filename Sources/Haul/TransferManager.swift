@@ -527,7 +527,7 @@ extension TransferManager {
     /// (the `haul` command calls it first thing in `main`): call it before the program starts its first thread.
     ///
     /// Linux grows the table by doubling it when a descriptor past its end is opened; in a process with several threads,
-    /// each doubling waits for an RCU grace period, and the thread opening the descriptor waits with it. A batch passes
+    /// each doubling waits for an RCU grace period, and the thread opening the descriptor waits with it. A batch may pass
     /// 64 and 128 descriptors at once (connections, files being written, files waiting for their completion's commit),
     /// on the event loops: 2,000 files of 16 KiB with a store and `-j 64` took 132.9 → 118.9 ms on tmpfs with the
     /// table grown beforehand (at `-j 16` a batch stays under 64 and nothing changes). Nothing else changes; the slots
