@@ -18,17 +18,17 @@ import Darwin
 /// larger writes cost less CPU than one per network read. The gathered buffers are the HTTP client's own, written
 /// together with one `pwritev`: no copy into a buffer of ours, and no 256 KiB buffer for a 16 KiB file.
 ///
-/// On Linux, a new file of known length up to ``unnamedLimit`` may be made without a name (``init(unnamedIn:partPath:)``)
-/// and named once, when it is published: one directory change per file instead of two (the `.part` name's creation,
-/// then the rename). An attempt that ends before publishing names it at ``path`` (``nameAtPartPath()``), so a retry
-/// in the same process resumes from it as usual; a killed process loses it, which costs nothing without a store
-/// (a new process has no validator to resume a `.part` file with: it starts it over). By default only a manager
-/// without a store makes files so: there, 2,000 files of 16 KiB on ext4 took 128.5 → 119.3 ms (system CPU 133 → 109 ms; tmpfs and
-/// 1 MiB files unchanged). With a store, each file waits for its completion's commit before it is named, so about a
-/// hundred files stay open through that wait: the process passes 64 descriptors, and Linux grows its table of them
-/// while other threads run, which waits for an RCU grace period (tmpfs: 111 → 130 ms, the cores idle). With the table
-/// grown beforehand (``TransferManager/reserveFileDescriptors(_:)``) that wait is gone, and files without a name gained
-/// on ext4 with a store too (157.8 → 150.2 ms, tmpfs unchanged). Who decides:
+/// On Linux, a new file of known length up to ``unnamedLimit`` may be made without a name
+/// (``init(unnamedIn:partPath:)``) and named once, when it is published: one directory change per file instead of two
+/// (the `.part` name's creation, then the rename). An attempt that ends before publishing names it at ``path``
+/// (``nameAtPartPath()``), so a retry in the same process resumes from it as usual; a killed process loses it, which
+/// costs nothing without a store (a new process has no validator to resume a `.part` file with: it starts it over). By
+/// default only a manager without a store makes files so: there, 2,000 files of 16 KiB on ext4 took 128.5 → 119.3 ms
+/// (system CPU 133 → 109 ms; tmpfs and 1 MiB files unchanged). With a store, each file waits for its completion's
+/// commit before it is named, so about a hundred files stay open through that wait: the process passes 64 descriptors,
+/// and Linux grows its table of them while other threads run, which waits for an RCU grace period (tmpfs: 111 → 130 ms,
+/// the cores idle). With the table grown beforehand (``TransferManager/reserveFileDescriptors(_:)``) that wait is gone,
+/// and files without a name gained on ext4 with a store too (157.8 → 150.2 ms, tmpfs unchanged). Who decides:
 /// ``TransferManager/Configuration/writesSmallFilesUnnamed``.
 package struct PartialFile: ~Copyable {
     /// The largest file made without a name: what a killed process may lose of each file it was downloading.

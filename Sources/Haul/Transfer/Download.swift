@@ -289,8 +289,9 @@ extension Download {
             throw error
         }
 
+        defer { writer.close() }
         do {
-            let outcome = try await self.finish(
+            return try await self.finish(
                 plan,
                 response: response,
                 writer: writer,
@@ -301,12 +302,9 @@ extension Download {
                 observer: observer,
                 mayRestart: mayRestart
             )
-            writer.close()
-            return outcome
         } catch {
             // A file without a name keeps what arrived under its `.part` name, for the retry (or the cancel) to find.
             writer.keepUnpublished()
-            writer.close()
             throw error
         }
     }
@@ -511,7 +509,10 @@ extension Download {
         // files (a name, then a rename, as for a `.part` file).
         if plan.namesFilesWhenPublished, offset == 0, let length = expectedBytes, length <= PartialFile.unnamedLimit,
             plan.hooks.validatesFile == nil, plan.conflictPolicy != .overwrite,
-            let unnamed = PartialFile(unnamedIn: Self.folder(of: partPath), partPath: partPath)
+            let unnamed = PartialFile(
+                unnamedIn: Self.path(in: plan.folderPath, plan.nameComponents.dropLast()),
+                partPath: partPath
+            )
         {
             file = unnamed
             // A `.part` file left there without a validator cannot be resumed: removed, as opening it would empty it
@@ -546,12 +547,6 @@ extension Download {
             status: status,
             plan: plan
         )
-    }
-
-    /// The folder of a file's path: everything before its last `/`.
-    private static func folder(of path: String) -> String {
-        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return "." }
-        return slash == path.utf8.startIndex ? "/" : String(path[..<slash])
     }
 
     /// Discards the partial file and tries once more from zero, or fails when that was the second try.
