@@ -17,6 +17,8 @@ struct HaulCommand: AsyncParsableCommand {
     static func main() async {
         // While the process has one thread: grown later, by the event loops, each doubling of the table waits.
         _ = DescriptorTable.reserved
+        // Nearly every command transfers: the event loops start while the arguments are parsed and the input read.
+        TransferManager.startEventLoops()
         await Self.main(nil)
     }
 }
