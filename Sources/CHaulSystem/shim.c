@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -35,24 +36,49 @@ int haul_open_unnamed(const char *dir, int mode) {
 #endif
 }
 
-int haul_link_descriptor(int fd, const char *path) {
 #if defined(__linux__)
+/// Whether this process may link a descriptor itself (AT_EMPTY_PATH) rather than its /proc path: cleared the first time
+/// the system refuses while the /proc path works.
+static atomic_int links_descriptors_directly = 1;
+
+int haul_link_descriptor_through_proc(int fd, const char *path) {
     char link[64];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    if (linkat(AT_FDCWD, link, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0) {
+    return linkat(AT_FDCWD, link, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+}
+
+int haul_link_descriptor(int fd, const char *path) {
+    if (!atomic_load_explicit(&links_descriptors_directly, memory_order_relaxed)) {
+        return haul_link_descriptor_through_proc(fd, path);
+    }
+    if (linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH) == 0) {
         return 0;
     }
-    if (errno != ENOENT || access("/proc/self/fd", F_OK) == 0) {
+    // Refused (ENOENT: a kernel before 6.10 without CAP_DAC_READ_SEARCH), or the folder is missing (ENOENT too): the
+    // /proc path tells them apart. Any other error (EEXIST above all) is the answer.
+    if (errno != ENOENT && errno != EINVAL && errno != EPERM) {
         return -1;
     }
-    return linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
+    int refusal = errno;
+    if (haul_link_descriptor_through_proc(fd, path) == 0) {
+        atomic_store_explicit(&links_descriptors_directly, 0, memory_order_relaxed);
+        return 0;
+    }
+    if (errno == ENOENT && access("/proc/self/fd", F_OK) != 0) {
+        errno = refusal;
+    }
+    return -1;
+}
 #else
+int haul_link_descriptor_through_proc(int fd, const char *path) {
     (void)fd;
     (void)path;
     errno = ENOTSUP;
     return -1;
-#endif
 }
+
+int haul_link_descriptor(int fd, const char *path) { return haul_link_descriptor_through_proc(fd, path); }
+#endif
 
 int haul_reserve_descriptors(int count) {
     struct rlimit limit;

@@ -4,6 +4,10 @@ import Testing
 
 @testable import Haul
 
+#if os(Linux)
+import CHaulSystem
+#endif
+
 @Suite("Writing a partial file")
 struct PartialFileTests {
     /// A fresh folder for one test, removed at the end.
@@ -156,6 +160,32 @@ struct PartialFileTests {
         try file.append(ByteBuffer(bytes: Self.bytes(700)))
         try file.publishReplacing(at: target.path)
         #expect(try Self.onDisk(target) == Self.bytes(700))
+        #expect(try Self.names(in: folder) == ["f.bin"])
+    }
+
+    @Test func aFileWithoutANameIsNamedThroughProcAsOnKernelsThatRefuseItsDescriptor() throws {
+        // The path taken when `linkat` refuses AT_EMPTY_PATH (before Linux 6.10, without CAP_DAC_READ_SEARCH): the
+        // tests run where it is allowed, so the fallback is called directly.
+        let folder = try Folder()
+        let target = folder.url.appending(path: "f.bin")
+        func unnamedDescriptor(holding bytes: [UInt8]) throws -> Int32 {
+            let descriptor = haul_open_unnamed(folder.url.path, 0o644)
+            try #require(descriptor >= 0)
+            let written = bytes.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
+            try #require(written == bytes.count)
+            return descriptor
+        }
+        let first = try unnamedDescriptor(holding: Self.bytes(4_096))
+        defer { close(first) }
+        #expect(haul_link_descriptor_through_proc(first, target.path) == 0)
+        #expect(try Self.onDisk(target) == Self.bytes(4_096))
+        let second = try unnamedDescriptor(holding: Self.bytes(10, from: 7))
+        defer { close(second) }
+        let refused = haul_link_descriptor_through_proc(second, target.path)
+        let error = errno
+        #expect(refused == -1)
+        #expect(error == EEXIST)
+        #expect(try Self.onDisk(target) == Self.bytes(4_096))
         #expect(try Self.names(in: folder) == ["f.bin"])
     }
 
