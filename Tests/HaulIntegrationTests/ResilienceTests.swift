@@ -454,6 +454,30 @@ struct ResilienceTests {
         }
     }
 
+    @Test func thePartialFileOfAnAttemptThatEndedIsStartedOverWhenTheServerGivesNoValidator() async throws {
+        // The first attempt stalls and ends at the idle timeout, leaving its bytes under the `.part` name (the file
+        // had none while it was written). Nothing says which version of the file they are, so the retry starts over:
+        // it finds that `.part` file (one this process made, after the folder was first read) and removes it.
+        var resource = FaultInjectingServer.Resource(body: Self.body, faults: [.stall(afterBytes: 50_000)])
+        resource.etag = nil
+        resource.lastModified = nil
+        try await FaultInjectingServer.withServer(resources: ["/file": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                let request = TransferRequest(url: server.url("/file"), into: folder)
+                let configuration = TransferManager.Configuration.retrying(idleTimeout: .seconds(1))
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.enqueue(request).report()
+                }
+                #expect(report.completed.count == 1)
+                #expect(report.items.first?.restarts.contains { $0.contains("no validator") } == true)
+                #expect(contents(of: folder.appending(path: "file")) == Self.body)
+                #expect(names(in: folder) == ["file"])
+                #expect(server.requests.count == 2)
+                #expect(server.requests.allSatisfy { $0.range == nil })
+            }
+        }
+    }
+
     /// What the download's folder holds while the body stalls after 50,000 bytes, downloading with or without a
     /// store (and `unnamed` as the configuration's `writesSmallFilesUnnamed`); the idle timeout then ends the attempt,
     /// and the retry resumes from what it received.

@@ -200,6 +200,30 @@ struct PartialFileTests {
     }
     #endif
 
+    @Test func aFoldersPartialFilesAreKnownFromItsFirstReadingAndFromWhatTheProcessMakesAfter() throws {
+        let folder = try Folder()
+        let names = PartFileNames()
+        let stale = folder.url.appending(path: "a.bin.tag.part").path
+        try Data("left".utf8).write(to: URL(filePath: stale))
+        #expect(names.mayExist(at: stale))
+        #expect(!names.mayExist(at: folder.url.appending(path: "b.bin.tag.part").path))
+        // Made on disk after the folder was read, without telling: not known (another process's file).
+        let unseen = folder.url.appending(path: "c.bin.tag.part").path
+        try Data("later".utf8).write(to: URL(filePath: unseen))
+        #expect(!names.mayExist(at: unseen))
+        // Made by this process, then renamed away.
+        let made = folder.url.appending(path: "d.bin.tag.part").path
+        names.made(made)
+        #expect(names.mayExist(at: made))
+        names.gone(made)
+        #expect(!names.mayExist(at: made))
+        // A folder that does not exist yet holds none; what is made there once it does is known.
+        let inner = folder.url.appending(path: "new").path
+        #expect(!names.mayExist(at: inner + "/e.part"))
+        names.made(inner + "/e.part")
+        #expect(names.mayExist(at: inner + "/e.part"))
+    }
+
     @Test func writingResumesAtTheEndOfWhatIsAlreadyThere() throws {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part")

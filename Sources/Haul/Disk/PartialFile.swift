@@ -92,6 +92,7 @@ package struct PartialFile: ~Copyable {
         self.size = Int64(status.st_size)
         self.isUnnamed = false
         self.wasOpenedUnnamed = false
+        PartFileNames.shared.made(path)
     }
 
     /// Opens a new, empty file without a name in `folder` (created with its parents when missing), whose `.part`
@@ -134,6 +135,7 @@ package struct PartialFile: ~Copyable {
             else { throw .posix("Cannot name the file \(self.path)") }
         }
         self.isUnnamed = false
+        PartFileNames.shared.made(self.path)
     }
 
     /// Gives the finished file the name `target` without replacing anything: `false` when `target` exists.
@@ -273,7 +275,8 @@ extension PartialFile {
 
         init() {
             #if os(Linux)
-            // Naming a file by its descriptor goes through /proc (or needs a capability the process may not have).
+            // Naming a file by its descriptor needs Linux 6.10 or later, or /proc on earlier kernels
+            // (haul_link_descriptor): without /proc, none are made.
             let isAvailable = access("/proc/self/fd", F_OK) == 0
             #else
             let isAvailable = false
@@ -321,12 +324,15 @@ extension PartialFile {
     /// Moves a finished file into place without replacing anything: `false` when `target` exists.
     static func publishWithoutReplacing(_ source: String, at target: String) throws(HaulError) -> Bool {
         // One atomic call where the system has it (renameat2 / renamex_np).
-        if haul_rename_noreplace(source, target) == 0 { return true }
+        if haul_rename_noreplace(source, target) == 0 {
+            PartFileNames.shared.gone(source)
+            return true
+        }
         if errno == EEXIST { return false }
         guard errno == ENOTSUP else { throw .posix("Cannot move \(source) to \(target)") }
         // Else link(2), which fails with EEXIST instead of replacing, atomically, on every POSIX file system.
         if link(source, target) == 0 {
-            unlink(source)
+            Self.remove(source)
             return true
         }
         if errno == EEXIST { return false }
@@ -344,12 +350,14 @@ extension PartialFile {
         guard rename(source, target) == 0 else {
             throw .posix("Cannot move \(source) to \(target)")
         }
+        PartFileNames.shared.gone(source)
         return true
     }
 
     /// Removes a file if it exists.
     package static func remove(_ path: String) {
         unlink(path)
+        PartFileNames.shared.gone(path)
     }
 
     /// The size of the file at `path`, 0 when there is none; an error when it is not a regular file (a symbolic

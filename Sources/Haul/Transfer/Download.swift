@@ -516,8 +516,9 @@ extension Download {
         {
             file = unnamed
             // A `.part` file left there without a validator cannot be resumed: removed, as opening it would empty it
-            // (anything else there, a link say, is refused and left alone, as opening it would refuse it).
-            if try PartialFile.regularFileExists(at: partPath) {
+            // (anything else there, a link say, is refused and left alone, as opening it would refuse it). Looked for
+            // only where one may be (``PartFileNames``).
+            if PartFileNames.shared.mayExist(at: partPath), try PartialFile.regularFileExists(at: partPath) {
                 PartialFile.remove(partPath)
                 observer.restarted(plan.id, reason: noValidator)
             }
