@@ -224,6 +224,15 @@ struct PartialFileTests {
         #expect(names.mayExist(at: inner + "/e.part"))
     }
 
+    @Test func aFolderPastTheBoundIsLookedAtOnDiskForEachFile() throws {
+        let folder = try Folder()
+        let names = PartFileNames(maximumFolders: 1)
+        #expect(!names.mayExist(at: folder.url.appending(path: "a").path + "/x.part"))
+        // Not remembered: every name may be there, and the file itself is looked at.
+        #expect(names.mayExist(at: folder.url.appending(path: "b").path + "/y.part"))
+        #expect(!names.mayExist(at: folder.url.appending(path: "a").path + "/z.part"))
+    }
+
     @Test func writingResumesAtTheEndOfWhatIsAlreadyThere() throws {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part")

@@ -21,17 +21,27 @@ final class PartFileNames: Sendable {
     }
 
     private let folders = NIOLockedValueBox<[String: Folder]>([:])
+    /// How many folders are remembered (a batch may spread its files over many): a file in a folder past it looks on
+    /// disk, as every file did before.
+    private let maximumFolders: Int
+
+    init(maximumFolders: Int = 1024) {
+        self.maximumFolders = maximumFolders
+    }
 
     /// Whether a `.part` file may be at `path`: `true` when one was there when its folder was read, or this process
     /// made one there since (then look at the file itself); `false` when none can be.
     func mayExist(at path: String) -> Bool {
         let (folder, name) = Self.split(path)
-        let isRead = self.folders.withLockedValue { folders in
-            if folders[folder] == nil { folders[folder] = Folder() }
-            return folders[folder]!.isRead
+        let known = self.folders.withLockedValue { folders -> Bool? in
+            // Being read by another thread, or past the bound: look on disk.
+            if let entry = folders[folder] { return entry.isRead ? entry.names.contains(name) : true }
+            guard folders.count < self.maximumFolders else { return true }
+            folders[folder] = Folder()
+            return nil
         }
-        if isRead { return self.folders.withLockedValue { $0[folder]!.names.contains(name) } }
-        // Read outside the lock; what this process makes meanwhile is added to the entry just made.
+        if let known { return known }
+        // Read outside the lock; what this process makes meanwhile is added to the entry just made (never removed).
         let found = Self.partNames(in: folder)
         return self.folders.withLockedValue { folders in
             folders[folder]!.names.formUnion(found)
