@@ -337,11 +337,21 @@ extension TransferManager {
                 newRecord.receivedBytes = completed.byteCount
                 newRecord.expectedBytes = completed.byteCount
                 self.transfers[request.id] = newRecord
-                self.store?.enqueue(
-                    .insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .completed))
-                )
-                // Recorded in full: a file found through the publishing record of a killed process has no result yet.
-                self.store?.enqueue(.completed(request.id, completed, modified: completed.modificationTime))
+                if persisted?.row.state == TransferState.completed.description {
+                    // Recorded in full already, and the file matches the record: only the batch is new.
+                    self.store?.enqueue(.joinBatch(batchID: batchID, position: index, request.id))
+                } else {
+                    self.store?.enqueue(
+                        .insertItem(
+                            batchID: batchID,
+                            position: index,
+                            row: self.row(for: newRecord, state: .completed)
+                        )
+                    )
+                    // Recorded in full: a file found through the publishing record of a killed process has no result
+                    // yet.
+                    self.store?.enqueue(.completed(request.id, completed, modified: completed.modificationTime))
+                }
                 self.batches[batchID]!.tracker.added(request.id, expectedBytes: completed.byteCount)
                 self.settle(index: index, in: batchID, result: .completed(completed), at: now, aftermath: &aftermath)
                 self.retire(request.id, result: .completed(completed))

@@ -293,11 +293,13 @@ public final class TransferManager: Sendable {
         }
     }
 
-    /// What the store knows of each request, read before the lock (a database read and a few `stat` calls each).
+    /// What the store knows of each request, read before the lock: the rows of those it may hold, in one read, and a
+    /// `stat` or two for each of them.
     ///
     /// The store's identifiers are read once, when the first request comes: a request that neither the store knew
-    /// then nor this manager has met costs no database read (most of a new batch). A row another process adds later is not looked up; that
-    /// process's lease keeps the two from downloading the same file at once, and its completion is found at the claim.
+    /// then nor this manager has met costs no database read (most of a new batch). A row another process adds later
+    /// is not looked up; that process's lease keeps the two from downloading the same file at once, and its
+    /// completion is found at the claim.
     func lookUp(_ requests: [TransferRequest]) -> [Persisted?] {
         guard let store = self.configuration.store else { return Array(repeating: nil, count: requests.count) }
         let known = self.storedIDs.withLockedValue { ids in
@@ -311,9 +313,13 @@ public final class TransferManager: Sendable {
         }
         // Transfers this manager has met since (a failed one submitted again) are in the store through it.
         let met = self.core.withLockedValue { core in requests.map { core.knows($0.id) } }
-        return zip(requests, met).map { request, met in
-            met || known.mayContain(request.id) ? Persisted.lookUp(request, in: store) : nil
+        let stored = requests.indices.filter { met[$0] || known.mayContain(requests[$0].id) }
+        var persisted = [Persisted?](repeating: nil, count: requests.count)
+        guard !stored.isEmpty else { return persisted }
+        for (index, found) in zip(stored, Persisted.lookUp(stored.map { requests[$0] }, in: store)) {
+            persisted[index] = found
         }
+        return persisted
     }
 
     /// The last error writing to the store, if any: the transfers go on without it, so check it after a batch.

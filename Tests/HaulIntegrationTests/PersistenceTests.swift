@@ -109,6 +109,39 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aRerunOverCompletedFilesListsThemInItsOwnBatchWithoutARequestOrAChangeToTheirRecords() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/a": .init(body: Self.done), "/b": .init(body: Self.big),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let requests = ["/a", "/b"].map {
+                    TransferRequest(url: server.url($0), into: folder.appending(path: "out"))
+                }
+                let first = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    try await $0.enqueue(requests).report()
+                }
+                #expect(first.completed.count == 2, "\(first.items.map(\.result))")
+                let firstBatch = try #require(try store.batches().last?.id)
+                let recorded = try store.transfers(inBatch: firstBatch)
+                #expect(recorded.map(\.state) == ["completed", "completed"])
+
+                let before = server.requests.count
+                let second = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    try await $0.enqueue(requests.reversed()).report()
+                }
+                #expect(second.completed.count == 2, "\(second.items.map(\.result))")
+                #expect(server.requests.count == before, "no request for files complete and unchanged")
+                let batches = try store.batches()
+                #expect(batches.count == 2)
+                #expect(batches.last?.transferCounts == ["completed": 2])
+                #expect(try store.transfers(inBatch: try #require(batches.last?.id)) == recorded.reversed())
+                #expect(try store.transfers(inBatch: firstBatch) == recorded, "the first batch as it was")
+            }
+        }
+    }
+
     @Test func aCompletedFileThatWasDeletedOrChangedIsDownloadedAgain() async throws {
         try await FaultInjectingServer.withServer(resources: ["/done": .init(body: Self.done)]) { server in
             try await withTemporaryDirectory { folder in

@@ -223,10 +223,13 @@ struct TransferStoreTests {
             owner: "A",
             [.publishing(request.id, finalPath: final.path, size: 5, sha256: "ab", modified: modified)]
         )
-        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "killed before the rename: not complete")
+        #expect(
+            Persisted.lookUp([request], in: store)[0]?.completedFile == nil,
+            "killed before the rename: not complete"
+        )
 
         try FileManager.default.moveItem(at: part, to: final)
-        let found = try #require(Persisted.lookUp(request, in: store)?.completedFile)
+        let found = try #require(Persisted.lookUp([request], in: store)[0]?.completedFile)
         #expect(found.path.path == final.path)
         #expect(found.byteCount == 5)
         #expect(found.sha256 == "ab")
@@ -236,7 +239,7 @@ struct TransferStoreTests {
             [.modificationDate: Date(timeIntervalSince1970: 1)],
             ofItemAtPath: final.path
         )
-        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "same size, another time: not ours")
+        #expect(Persisted.lookUp([request], in: store)[0]?.completedFile == nil, "same size, another time: not ours")
     }
 
     @Test func aCompletionRecordedBeforeTheRenameKeepsTheLeaseSoThatAnotherProcessWaitsForTheFile() throws {
@@ -288,15 +291,15 @@ struct TransferStoreTests {
                 arguments: [final.path, request.id.rawValue]
             )
         }
-        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "the partial file is still there")
+        #expect(Persisted.lookUp([request], in: store)[0]?.completedFile == nil, "the partial file is still there")
 
         try FileManager.default.moveItem(at: part, to: final)
-        let found = try #require(Persisted.lookUp(request, in: store)?.completedFile)
+        let found = try #require(Persisted.lookUp([request], in: store)[0]?.completedFile)
         #expect(found.path.path == final.path)
         #expect(found.byteCount == 5)
 
         try Data("hello!".utf8).write(to: final)
-        #expect(Persisted.lookUp(request, in: store)?.completedFile == nil, "another size: not ours")
+        #expect(Persisted.lookUp([request], in: store)[0]?.completedFile == nil, "another size: not ours")
     }
 
     @Test func closingLeavesTheWriteAheadLogForTheNextOpenerToRead() throws {
@@ -422,6 +425,62 @@ struct TransferStoreTests {
         #expect(try JSONDecoder().decode([String].self, from: Data(text.utf8)) == strings)
         let nested = JSONText.array([JSONText.array(strings), JSONText.array(["x"])], elementsAreJSON: true)
         #expect(try JSONDecoder().decode([[String]].self, from: Data(nested.utf8)) == [strings, ["x"]])
+        #expect(JSONText.strings(text) == strings, "read back as written")
+    }
+
+    @Test(arguments: [
+        (#"["a\/b","c"]"#, ["a/b", "c"] as [String]?),
+        (#"[ "spaced" , "out" ]"#, ["spaced", "out"]),
+        (#"["a""b"]"#, nil), (#"["a""#, nil), (#"[a]"#, nil), (#"[1]"#, nil), (#""#, nil),
+        (#"{"a":"b"}"#, nil), (#"["unterminated]"#, nil),
+    ])
+    func readsAnyJSONArrayOfStringsAndNothingElse(text: String, strings: [String]?) {
+        #expect(JSONText.strings(text) == strings, "\(text)")
+    }
+
+    @Test func readsEachColumnOfARowAsGRDBsDecodingDoes() throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        var full = self.row("full")
+        full.checksum = "sha256:00ff"
+        full.expectedSize = 1 << 40
+        full.computesSHA256 = true
+        full.usesContentDisposition = true
+        full.destinationKind = "file"
+        full.totalSize = 123
+        full.etag = "\"e\""
+        full.lastModified = "Wed, 21 Oct 2015 07:28:00 GMT"
+        full.updatedAt = 1_700_000_000.25
+        full.nameComponents = JSONText.array(["naïve café 🎉", "x"])
+        full.operation = #"{"kind":"delete","treatsNotFoundAsSuccess":true}"#
+        try store.apply(
+            owner: "A",
+            [
+                .insertItem(batchID: batch, position: 0, row: full),
+                .insertItem(batchID: batch, position: 1, row: self.row("bare")),
+                .checkpoint("full", bytesOnDisk: 77),
+                .publishing("full", finalPath: "/tmp/x/full", size: 123, sha256: "ab", modified: 1.5),
+                .failed("bare", HaulError(.httpStatus, "Not Found", httpStatus: 404), attempts: 3),
+            ]
+        )
+        let decoded = try store.database.read { db in
+            try TransferRow.fetchAll(db, sql: "SELECT * FROM transfer ORDER BY id DESC")
+        }
+        #expect(decoded.map(\.id) == ["full", "bare"])
+        #expect(decoded[0].finalModified == 1.5 && decoded[0].leaseOwner == "A" && decoded[1].httpStatus == 404)
+        #expect(try store.rows(["full", "bare"]) == decoded)
+        #expect(try store.rows(inBatch: batch) == decoded, "in the batch's order")
+    }
+
+    @Test func readsRowsInTheOrderAskedWithNothingForATransferItDoesNotHold() throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        try store.apply(
+            owner: "A",
+            ["a", "b", ""].enumerated().map { .insertItem(batchID: batch, position: $0, row: self.row($1)) }
+        )
+        #expect(try store.rows(["b", "nope", "a", "b", ""]).map { $0?.id } == ["b", nil, "a", "b", ""])
+        #expect(try store.rows([]).isEmpty)
     }
 
     @Test func aDownloadsOperationIsWhatTheEncoderWouldWrite() throws {

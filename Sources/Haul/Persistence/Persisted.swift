@@ -7,7 +7,7 @@ import Darwin
 #endif
 
 /// What the store knew of a request when it was submitted: read before the manager's lock is taken, because it
-/// takes a database read and a few `stat` calls.
+/// takes a database read and a `stat` or two.
 struct Persisted: Sendable {
     var row: TransferRow
     /// The finished file, when the store says the transfer completed and the file is still there, unchanged
@@ -18,13 +18,24 @@ struct Persisted: Sendable {
     /// The lease left on the row by a process that is gone (killed): released before anything else is recorded.
     var staleLeaseOwner: String?
 
-    /// Looks a request up in the store; `nil` when the store has no row for it or the row is for another URL or
-    /// destination (a caller-chosen identifier reused).
-    static func lookUp(_ request: TransferRequest, in store: TransferStore) -> Persisted? {
-        guard let row = try? store.row(request.id), row.url == request.url.absoluteString,
+    /// Looks requests up in the store, their rows read in one transaction: for each, what ``lookUp(_:row:operations:)``
+    /// finds, or `nil` when the store cannot be read.
+    static func lookUp(_ requests: [TransferRequest], in store: TransferStore) -> [Persisted?] {
+        guard let rows = try? store.rows(requests.map(\.id)) else {
+            return Array(repeating: nil, count: requests.count)
+        }
+        var operations = OperationTexts()
+        return zip(requests, rows).map { request, row in
+            row.flatMap { Self.lookUp(request, row: $0, operations: &operations) }
+        }
+    }
+
+    /// What the store's `row` says of `request`: `nil` when the row is for another URL, destination or operation (a
+    /// caller-chosen identifier reused).
+    static func lookUp(_ request: TransferRequest, row: TransferRow, operations: inout OperationTexts) -> Persisted? {
+        guard row.url == request.url.absoluteString,
             row.destinationPath == request.destination.storedPath,
-            (try? JSONDecoder().decode(StoredOperation.self, from: Data(row.operation.utf8)))
-                == StoredOperation(request.operation)
+            operations.operation(row.operation) == StoredOperation(request.operation)
         else { return nil }
         var completed: CompletedFile?
         if row.state == TransferState.completed.description, let finalPath = row.finalPath,
@@ -38,17 +49,19 @@ struct Persisted: Sendable {
                 modificationTime: modified
             )
         }
-        let components = (try? JSONDecoder().decode([String].self, from: Data(row.nameComponents.utf8))) ?? []
         var partialBytes: Int64 = 0
         var partExists = false
-        if !components.isEmpty {
+        // A completed file that is there unchanged needs no partial file: one `stat` a row, not three, on a run over
+        // files the store holds already.
+        if completed == nil, let components = JSONText.strings(row.nameComponents), !components.isEmpty {
             let part = Download.partPath(
                 id: request.id,
                 folderPath: row.folder,
                 nameComponents: components
             )
-            partExists = PartialFile.exists(part)
-            partialBytes = (try? PartialFile.size(of: part)) ?? 0
+            var status = stat()
+            partExists = lstat(part, &status) == 0
+            if partExists, (status.st_mode & S_IFMT) == S_IFREG { partialBytes = Int64(status.st_size) }
         }
         // Killed between the rename and the record of completion: the partial file is gone, and the file the
         // store says it was being published to is there with its size.
@@ -70,9 +83,7 @@ struct Persisted: Sendable {
     /// Puts what the store knew into a new record: the same file names (so the partial file is found again, and a
     /// UUID-prefixed name stays the same), and the validators to resume with.
     func restore(into record: inout TransferManager.Record) {
-        if let components = try? JSONDecoder().decode([String].self, from: Data(self.row.nameComponents.utf8)),
-            !components.isEmpty
-        {
+        if let components = JSONText.strings(self.row.nameComponents), !components.isEmpty {
             record.nameComponents = components
             record.folder = URL(filePath: self.row.folder, directoryHint: .isDirectory)
         }
@@ -84,6 +95,19 @@ struct Persisted: Sendable {
         if validator.ifRangeValue != nil { record.validator = validator }
         record.receivedBytes = self.partialBytes
         record.expectedBytes = self.row.totalSize ?? record.request.expectedByteCount
+    }
+
+    /// The operations of rows as their JSON text says, each text decoded once: the rows of a batch share one or two.
+    struct OperationTexts {
+        private var decoded: [String: StoredOperation?] = [:]
+
+        /// The operation `text` records, or `nil` when it is not one.
+        mutating func operation(_ text: String) -> StoredOperation? {
+            if let known = self.decoded[text] { return known }
+            let operation = try? JSONDecoder().decode(StoredOperation.self, from: Data(text.utf8))
+            self.decoded[text] = operation
+            return operation
+        }
     }
 
     /// A regular file's size and modification time (seconds since 1970), not following links.

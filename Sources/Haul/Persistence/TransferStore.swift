@@ -326,14 +326,26 @@ public final class TransferStore: Sendable {
 
     func rows(inBatch id: BatchID) throws -> [TransferRow] {
         try self.database.read { db in
-            try TransferRow.fetchAll(
-                db,
-                sql: """
-                    SELECT transfer.* FROM batchItem JOIN transfer ON transfer.id = batchItem.transferID
-                    WHERE batchItem.batchID = ? ORDER BY batchItem.position
-                    """,
-                arguments: [id.rawValue]
-            )
+            let sql = """
+                SELECT \(TransferRow.columns) FROM batchItem JOIN transfer ON transfer.id = batchItem.transferID
+                WHERE batchItem.batchID = ? ORDER BY batchItem.position
+                """
+            let statement = try db.cachedStatement(sql: sql)
+            return try withExtendedLifetime(statement) {
+                let handle = statement.sqliteStatement
+                defer { sqlite3_reset(handle) }
+                var rows: [TransferRow] = []
+                var code = sqlite3_bind_int64(handle, 1, Int64(id.rawValue))
+                while code == SQLITE_OK || code == SQLITE_ROW {
+                    code = sqlite3_step(handle)
+                    if code == SQLITE_ROW { rows.append(TransferRow(columnsOf: handle)) }
+                }
+                guard code == SQLITE_DONE else {
+                    let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
+                    throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: sql)
+                }
+                return rows
+            }
         }
     }
 
@@ -364,11 +376,51 @@ public final class TransferStore: Sendable {
     }
 
     func row(_ id: TransferID) throws -> TransferRow? {
-        try self.database.read { db in
-            try TransferRow.fetchOne(
-                db.cachedStatement(sql: "SELECT * FROM transfer WHERE id = ?"),
-                arguments: [id.rawValue]
-            )
+        try self.rows([id])[0]
+    }
+
+    /// The rows of `ids`, in their order (`nil` for a transfer the store does not hold), read in one transaction.
+    ///
+    /// A read of its own for each cost about 25 µs: a reader taken from the pool, `BEGIN` and `COMMIT`, and GRDB's
+    /// decoding. A run of `haul get` over a list whose files the store holds already reads a row for each of them.
+    func rows(_ ids: [TransferID]) throws -> [TransferRow?] {
+        guard !ids.isEmpty else { return [] }
+        return try self.database.read { db in
+            try Self.rows(ids, in: db)
+        }
+    }
+
+    /// ``rows(_:)`` in a transaction already open.
+    static func rows(_ ids: [TransferID], in db: Database) throws -> [TransferRow?] {
+        let sql = "SELECT \(TransferRow.columns) FROM transfer WHERE id = ?"
+        let statement = try db.cachedStatement(sql: sql)
+        return try withExtendedLifetime(statement) {
+            let handle = statement.sqliteStatement
+            return try ids.map { id in
+                defer { sqlite3_reset(handle) }
+                var text = id.rawValue
+                let code = text.withUTF8 { bytes in
+                    // SQLITE_TRANSIENT: SQLite copies the text, which lives only for this call. An empty string has
+                    // no storage to point at.
+                    let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+                    guard let base = bytes.baseAddress, !bytes.isEmpty else {
+                        return sqlite3_bind_text(handle, 1, "", 0, transient)
+                    }
+                    return base.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
+                        sqlite3_bind_text(handle, 1, $0, Int32(bytes.count), transient)
+                    }
+                }
+                let step = code == SQLITE_OK ? sqlite3_step(handle) : code
+                switch step {
+                case SQLITE_ROW:
+                    return TransferRow(columnsOf: handle)
+                case SQLITE_DONE:
+                    return nil
+                default:
+                    let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
+                    throw DatabaseError(resultCode: ResultCode(rawValue: step), message: message, sql: sql)
+                }
+            }
         }
     }
 
