@@ -325,9 +325,13 @@ extension TransferManager {
                 self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                 return
             }
+            // A completed row the request finds again is no one's to change (its file is there unchanged, or the
+            // row is reopened below), so it keeps the lease its publisher left; any other row's lease left by a
+            // process that is gone is released before anything else is recorded.
+            let isCompletedRow = persisted?.row.state == TransferState.completed.description
             if let persisted {
                 persisted.restore(into: &newRecord)
-                if let holder = persisted.staleLeaseOwner {
+                if let holder = persisted.staleLeaseOwner, !isCompletedRow {
                     self.store?.enqueue(.releaseLease(request.id, holder: holder))
                 }
             }
@@ -337,7 +341,7 @@ extension TransferManager {
                 newRecord.receivedBytes = completed.byteCount
                 newRecord.expectedBytes = completed.byteCount
                 self.transfers[request.id] = newRecord
-                if persisted?.row.state == TransferState.completed.description {
+                if isCompletedRow {
                     // Recorded in full already, and the file matches the record: only the batch is new.
                     self.store?.enqueue(.joinBatch(batchID: batchID, position: index, request.id))
                 } else {
@@ -359,6 +363,16 @@ extension TransferManager {
             }
             newRecord.batches = [batchID]
             if let store = self.store {
+                if let persisted, isCompletedRow {
+                    // Completed, but its file is gone or changed: downloaded again.
+                    store.enqueue(
+                        .reopen(
+                            request.id,
+                            completedAt: persisted.row.updatedAt,
+                            staleHolder: persisted.staleLeaseOwner
+                        )
+                    )
+                }
                 store.enqueue(
                     .insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .waiting))
                 )

@@ -415,6 +415,48 @@ struct TransferStoreTests {
         #expect(leased.map(\.rawValue) == Array(ids[0..<32]) + ["r40"])
     }
 
+    @Test func aCompletedRowSubmittedAgainIsReopenedAndLeasedByItsInsertUnlessItChangedOrIsHeld() throws {
+        let store = try TransferStore()
+        let ids = (0..<12).map { String(format: "c%02d", $0) }
+        // Completed by a process that is gone: its publishing records kept the leases.
+        let dead = "\(LeaseOwner.hostName())/2147483000/x"
+        let first = try store.createBatch()
+        try store.apply(
+            owner: dead,
+            ids.enumerated().flatMap { position, id -> [StoreOperation] in
+                [.insertItem(batchID: first, position: position, row: self.row(id)), self.publishing(id)]
+            }
+        )
+        // c11 is held by a live process elsewhere.
+        try store.database.write { db in
+            try db.execute(
+                sql: "UPDATE transfer SET leaseOwner = 'elsewhere/1/y', leaseExpires = ? WHERE id = 'c11'",
+                arguments: [Date().timeIntervalSince1970 + 60]
+            )
+        }
+        let read = try store.rows(ids.map { TransferID($0) }).map { try #require($0) }
+        let second = try store.createBatch()
+        let operations: [StoreOperation] = ids.indices.flatMap { position -> [StoreOperation] in
+            let (id, row) = (ids[position], read[position])
+            // c10 changed after it was read.
+            let completedAt = id == "c10" ? row.updatedAt - 1 : row.updatedAt
+            return [
+                .reopen(TransferID(id), completedAt: completedAt, staleHolder: row.leaseOwner == dead ? dead : nil),
+                .insertItem(batchID: second, position: position, row: self.row(id)),
+            ]
+        }
+        let leased = try store.database.write { db in
+            try StoreOperation.applyInserts(operations[...], db, owner: "A")
+        }
+        // c00-c07 in one statement, the rest one at a time.
+        #expect(leased.map(\.rawValue) == Array(ids[0..<10]))
+        let rows = try store.rows(ids.map { TransferID($0) }).map { try #require($0) }
+        #expect(rows[0..<10].allSatisfy { $0.state == "waiting" && $0.leaseOwner == "A" })
+        #expect(rows[10].state == "completed" && rows[10].leaseOwner == dead, "changed since: left to the claim")
+        #expect(rows[11].state == "completed" && rows[11].leaseOwner == "elsewhere/1/y", "held: left alone")
+        #expect(try store.rows(inBatch: second).map(\.id) == ids, "every transfer joins the batch")
+    }
+
     @Test(arguments: [
         [String](), [""], ["plain.bin"], ["say \"hi\"", "back\\slash", "a/b"],
         ["line\nbreak\r\ttab", "nul\u{0}\u{1f}"],

@@ -18,24 +18,24 @@ struct Persisted: Sendable {
     /// The lease left on the row by a process that is gone (killed): released before anything else is recorded.
     var staleLeaseOwner: String?
 
-    /// Looks requests up in the store, their rows read in one transaction: for each, what ``lookUp(_:row:operations:)``
+    /// Looks requests up in the store, their rows read in one transaction: for each, what ``lookUp(_:row:memo:)``
     /// finds, or `nil` when the store cannot be read.
     static func lookUp(_ requests: [TransferRequest], in store: TransferStore) -> [Persisted?] {
         guard let rows = try? store.rows(requests.map(\.id)) else {
             return Array(repeating: nil, count: requests.count)
         }
-        var operations = OperationTexts()
+        var memo = Memo()
         return zip(requests, rows).map { request, row in
-            row.flatMap { Self.lookUp(request, row: $0, operations: &operations) }
+            row.flatMap { Self.lookUp(request, row: $0, memo: &memo) }
         }
     }
 
     /// What the store's `row` says of `request`: `nil` when the row is for another URL, destination or operation (a
     /// caller-chosen identifier reused).
-    static func lookUp(_ request: TransferRequest, row: TransferRow, operations: inout OperationTexts) -> Persisted? {
+    static func lookUp(_ request: TransferRequest, row: TransferRow, memo: inout Memo) -> Persisted? {
         guard row.url == request.url.absoluteString,
             row.destinationPath == request.destination.storedPath,
-            operations.operation(row.operation) == StoredOperation(request.operation)
+            memo.operation(row.operation) == StoredOperation(request.operation)
         else { return nil }
         var completed: CompletedFile?
         if row.state == TransferState.completed.description, let finalPath = row.finalPath,
@@ -76,7 +76,7 @@ struct Persisted: Sendable {
                 modificationTime: modified
             )
         }
-        let stale = row.leaseOwner.flatMap { LeaseOwner.isAlive($0) ? nil : $0 }
+        let stale = row.leaseOwner.flatMap { memo.isAlive($0) ? nil : $0 }
         return Persisted(row: row, completedFile: completed, partialBytes: partialBytes, staleLeaseOwner: stale)
     }
 
@@ -97,16 +97,27 @@ struct Persisted: Sendable {
         record.expectedBytes = self.row.totalSize ?? record.request.expectedByteCount
     }
 
-    /// The operations of rows as their JSON text says, each text decoded once: the rows of a batch share one or two.
-    struct OperationTexts {
-        private var decoded: [String: StoredOperation?] = [:]
+    /// What the rows of one look-up share, worked out once: their operations (one or two texts in a batch) and their
+    /// lease holders (a completed row keeps the lease of the process that published it; a run over a batch's files
+    /// asked whether that process lives once, not once a row with a `gethostname` and a `kill` each).
+    struct Memo {
+        private var operations: [String: StoredOperation?] = [:]
+        private var owners: [String: Bool] = [:]
 
         /// The operation `text` records, or `nil` when it is not one.
         mutating func operation(_ text: String) -> StoredOperation? {
-            if let known = self.decoded[text] { return known }
+            if let known = self.operations[text] { return known }
             let operation = try? JSONDecoder().decode(StoredOperation.self, from: Data(text.utf8))
-            self.decoded[text] = operation
+            self.operations[text] = operation
             return operation
+        }
+
+        /// ``LeaseOwner/isAlive(_:)``.
+        mutating func isAlive(_ owner: String) -> Bool {
+            if let known = self.owners[owner] { return known }
+            let alive = LeaseOwner.isAlive(owner)
+            self.owners[owner] = alive
+            return alive
         }
     }
 

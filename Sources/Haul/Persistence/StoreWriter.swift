@@ -262,9 +262,10 @@ package final class StoreWriter: Sendable {
                         // By index: iterating would copy each operation (a row's dozen strings) out of the array.
                         var index = job.operations.startIndex
                         while index < job.operations.endIndex {
-                            // A run of inserts (a batch being added) goes in bulk; an insert gives no lease up.
+                            // A run of inserts (a batch being added, with the reopenings of completed rows among
+                            // them) goes in bulk; neither gives a lease up.
                             var end = index
-                            while end < job.operations.endIndex, job.operations[end].isInsert { end += 1 }
+                            while end < job.operations.endIndex, job.operations[end].runsWithInserts { end += 1 }
                             if end - index >= StoreOperation.bulkInsertRows.last! {
                                 let run = job.operations[index..<end]
                                 leased.formUnion(try StoreOperation.applyInserts(run, db, owner: owner))

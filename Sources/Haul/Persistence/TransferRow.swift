@@ -166,6 +166,13 @@ package enum StoreOperation: Sendable {
     /// submitted again. Its row stays as it is (an ``insertItem`` would leave it so too: a completed row is no one's
     /// to change, see ``apply(_:owner:)``).
     case joinBatch(batchID: BatchID, position: Int, TransferID)
+    /// A completed transfer whose file is gone (deleted, or changed since) is submitted again: its row goes back to
+    /// waiting, with its lease free, so that the ``insertItem`` after it takes the row and its lease as it takes a
+    /// new one (without it, the insert leaves a completed row alone, and each transfer claimed its lease in a
+    /// transaction of its own before its request). Only when the row is as it was read (`completedAt`, its
+    /// `updatedAt` then) and no one holds its lease: the holder `staleHolder`, whose process is gone, counts as no one.
+    /// Otherwise it changes nothing, and the transfer's claim settles it as before.
+    case reopen(TransferID, completedAt: Double, staleHolder: String?)
     case state(TransferID, TransferState, attempts: Int)
     case validator(TransferID, etag: String?, lastModified: String?, totalSize: Int64?)
     case checkpoint(TransferID, bytesOnDisk: Int64)
@@ -213,6 +220,13 @@ package enum StoreOperation: Sendable {
                 bind.bind(batchID.rawValue)
                 bind.bind(position)
                 bind.bind(id.rawValue)
+            }
+        case .reopen(let id, let completedAt, let staleHolder):
+            try db.run(SQLText.reopen) { bind in
+                bind.bind(id.rawValue)
+                bind.bind(completedAt)
+                bind.bind(now)
+                bind.bind(staleHolder)
             }
         case .state(let id, let state, let attempts):
             // Waiting keeps the lease the insert took (see ``insertItem``); running renews nothing here either.
@@ -304,6 +318,12 @@ package enum StoreOperation: Sendable {
         _ db: Database,
         owner: String
     ) throws -> [TransferID] {
+        if operations.contains(where: { if case .reopen = $0 { true } else { false } }) {
+            // Each reopening before the inserts, then the inserts in bulk: a reopening concerns its own transfer's
+            // row only, and comes before that row's insert either way.
+            for operation in operations where !operation.isInsert { try operation.apply(db, owner: owner) }
+            return try Self.applyInserts(ArraySlice(operations.filter(\.isInsert)), db, owner: owner)
+        }
         var leased: [TransferID] = []
         var start = operations.startIndex
         for (level, size) in bulkInsertRows.enumerated() {
@@ -349,9 +369,17 @@ package enum StoreOperation: Sendable {
     /// the smallest, one at a time). Each size is a prepared statement of its own.
     static let bulkInsertRows = [32, 8]
 
-    /// Whether this operation inserts a row (the start of a run for ``applyInserts(_:_:owner:)``).
+    /// Whether this operation inserts a row.
     var isInsert: Bool {
         if case .insertItem = self { true } else { false }
+    }
+
+    /// Whether this operation goes in a run for ``applyInserts(_:_:owner:)``: an insert, or a reopening before one.
+    var runsWithInserts: Bool {
+        switch self {
+        case .insertItem, .reopen: true
+        default: false
+        }
     }
 
     /// The transfer whose row this operation inserts, if it does.
@@ -364,7 +392,7 @@ package enum StoreOperation: Sendable {
         switch self {
         case .state(let id, let state, _): state == .running || state == .waiting ? nil : id
         case .completed(let id, _, _), .failed(let id, _, _): id
-        case .insertItem, .joinBatch, .validator, .checkpoint, .publishing, .releaseLease, .listComplete: nil
+        case .insertItem, .joinBatch, .reopen, .validator, .checkpoint, .publishing, .releaseLease, .listComplete: nil
         }
     }
 }
@@ -459,6 +487,12 @@ private enum SQLText {
         """
     static let releaseLease =
         "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?"
+    /// Binds the id, the `updatedAt` read, now, and the holder whose process is gone (or `NULL`).
+    static let reopen = """
+        UPDATE transfer SET state = 'waiting', leaseOwner = NULL, leaseExpires = NULL
+        WHERE id = ? AND state = 'completed' AND updatedAt = ?
+            AND (leaseOwner IS NULL OR leaseExpires < ? OR leaseOwner = ?)
+        """
     static let failed = """
         UPDATE transfer SET state = 'failed', errorCode = ?, errorMessage = ?, httpStatus = ?,
             attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
