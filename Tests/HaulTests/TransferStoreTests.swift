@@ -377,6 +377,41 @@ struct TransferStoreTests {
         #expect(!TransferIDDigests().mayContain(TransferID("stored-1")))
     }
 
+    @Test func requestsAreLookedForOneByOneUntilTheyOutnumberTheStoresRowsThenItsIdentifiersAreReadOnce() {
+        var digests = TransferIDDigests()
+        Array("known".utf8).withUnsafeBytes { digests.insert($0) }
+        var (rowsAsked, reads) = (0, 0)
+        var ids = StoredIDs.unknown
+        let ask = { (ids: inout StoredIDs, count: Int) -> Bool in
+            ids.digests(
+                for: count,
+                holdsNoTransfers: false,
+                rowsAtMost: {
+                    rowsAsked += 1
+                    return 100
+                },
+                read: {
+                    reads += 1
+                    return digests
+                }
+            ) != nil
+        }
+        #expect([32, 32, 32, 4].map { ask(&ids, $0) } == [false, false, false, false], "100 rows, 100 looked for")
+        #expect(ask(&ids, 1), "the 101st: the identifiers")
+        #expect(ask(&ids, 32))
+        #expect(
+            ids.digests(for: 1, holdsNoTransfers: false, rowsAtMost: { 0 }, read: { .init() })?.mayContain("known")
+                == true
+        )
+        #expect((rowsAsked, reads) == (1, 1))
+
+        var created = StoredIDs.unknown
+        let none = created.digests(for: 1, holdsNoTransfers: true, rowsAtMost: { 1 }, read: { digests })
+        #expect(none?.count == 0, "a store just created: nothing read, nothing known")
+        var large = StoredIDs.unknown
+        #expect(large.digests(for: 33, holdsNoTransfers: false, rowsAtMost: { 32 }, read: { digests }) != nil)
+    }
+
     @Test func aStoreCreatedWhenOpenedHoldsNoTransfersUntilOneIsWritten() throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }

@@ -6,6 +6,44 @@ import Glibc
 import Darwin
 #endif
 
+/// How a manager tells which of the requests submitted to it the store may hold (see
+/// ``TransferManager/lookUp(_:)``): by looking for each one's row, or by the digests of the store's identifiers.
+enum StoredIDs: Sendable {
+    /// Not asked yet.
+    case unknown
+    /// Each request's row is looked for, until as many requests have been as the store held rows when first asked
+    /// (`rowsAtMost`): from then on, reading every identifier once costs no more than the look-ups did.
+    case lookingUp(rowsAtMost: Int, lookedUp: Int)
+    /// The store's identifiers when read (none for a store just created): only those, and the transfers the manager
+    /// has met since, are looked for.
+    case read(TransferIDDigests)
+
+    /// For `count` more requests: the digests to ask, or `nil` when each request is to be looked for. A store just
+    /// created (`holdsNoTransfers`) is never read; otherwise `rowsAtMost` is asked once, at the first requests, and
+    /// `read` once, when the requests looked for would outnumber the rows.
+    mutating func digests(
+        for count: Int,
+        holdsNoTransfers: Bool,
+        rowsAtMost: () -> Int,
+        read: () -> TransferIDDigests
+    ) -> TransferIDDigests? {
+        if case .unknown = self {
+            self = holdsNoTransfers ? .read(TransferIDDigests()) : .lookingUp(rowsAtMost: rowsAtMost(), lookedUp: 0)
+        }
+        switch self {
+        case .lookingUp(let rows, let lookedUp) where lookedUp + count <= rows:
+            self = .lookingUp(rowsAtMost: rows, lookedUp: lookedUp + count)
+            return nil
+        case .unknown, .lookingUp:
+            let digests = read()
+            self = .read(digests)
+            return digests
+        case .read(let digests):
+            return digests
+        }
+    }
+}
+
 /// What the store knew of a request when it was submitted: read before the manager's lock is taken, because it
 /// takes a database read and a `stat` or two.
 struct Persisted: Sendable {

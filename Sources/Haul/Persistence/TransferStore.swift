@@ -375,6 +375,14 @@ public final class TransferStore: Sendable {
         }
     }
 
+    /// At least as many as the transfers the store holds: the largest row number, read from the end of the table
+    /// (rows are numbered as they are inserted; those deleted leave gaps).
+    func rowsAtMost() throws -> Int {
+        try self.database.read { db in
+            try Int.fetchOne(db, sql: "SELECT MAX(rowid) FROM transfer") ?? 0
+        }
+    }
+
     func row(_ id: TransferID) throws -> TransferRow? {
         try self.rows([id])[0]
     }
