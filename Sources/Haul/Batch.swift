@@ -86,12 +86,18 @@ public final class Batch: Sendable {
     /// Says that no more transfers will be added: the batch finishes once those in it have. Batches from
     /// ``TransferManager/enqueue(_:)-([TransferRequest])`` are sealed from the start.
     public func seal() {
+        self.seal(recordingListComplete: true)
+    }
+
+    /// ``seal()``; without `recordingListComplete`, the store's record of whether the batch's list was added to its
+    /// end stays as it is (a stored batch resumed: only what its first process recorded is added again).
+    func seal(recordingListComplete: Bool) {
         let id = self.id
         self.manager.withCore { core, aftermath in
             guard core.batches[id]?.isSealed == false else { return }
             core.batches[id]!.isSealed = true
             // Not after a stop ended the batch (it sealed it then): the list was not added to its end.
-            core.store?.enqueue(.listComplete(id))
+            if recordingListComplete { core.store?.enqueue(.listComplete(id)) }
             core.finishIfDone(id, aftermath: &aftermath)
         }
     }

@@ -8,7 +8,8 @@ struct Resume: AsyncParsableCommand {
         abstract: "Continue every unfinished batch in the state database.",
         discussion: """
             Partial files continue with a validated Range request; files already complete are not fetched again. \
-            Secret headers (Authorization, Cookie) are never stored, so requests that needed them may now fail. \
+            Secret headers (Authorization, Cookie) are never stored: give them again with -H. The limits, retries and \
+            timeout are those given now, as for get. \
             A batch whose process stopped before it had read its whole input list (-i) is resumed as far as it was \
             read, and reported: run the command that started it again for the rest. \
             Exit codes: 0 every item completed; 1 at least one failed, or a list was not read to its end; 64 bad \
@@ -16,25 +17,17 @@ struct Resume: AsyncParsableCommand {
             """
     )
 
-    @Option(name: [.customShort("j"), .long], help: "How many transfers run at once.")
-    var maxConcurrent: Int = 4
-
-    @Flag(name: .long, help: "Print one JSON event per line on standard output.")
-    var json = false
-
-    @Flag(name: [.customShort("q"), .long], help: "Print only failures.")
-    var quiet = false
+    // The options of `get`: a resumed batch runs as the command that started it would, with the limits, retries,
+    // timeout and rate given now (they are not stored); -H adds headers to every request, such as the secret ones the
+    // state database never keeps.
+    @OptionGroup var options: TransferOptions
 
     @OptionGroup var state: StateOptions
 
     func validate() throws {
-        guard (1...256).contains(self.maxConcurrent) else {
-            throw ValidationError("--max-concurrent must be between 1 and 256.")
-        }
         if self.state.disabled {
             throw ValidationError("resume needs the state database; --no-state makes no sense here.")
         }
-        if self.json && self.quiet { throw ValidationError("--json and --quiet cannot be used together.") }
     }
 
     func run() async throws {
@@ -47,13 +40,11 @@ struct Resume: AsyncParsableCommand {
             throw ExitCode(1)
         }
         guard !unfinished.isEmpty else {
-            if !self.json { Get.printOutput("Nothing to resume.") }
+            if !self.options.json { Get.printOutput("Nothing to resume.") }
             return
         }
-        var configuration = TransferManager.Configuration()
-        configuration.store = store
-        configuration.maximumConcurrentTransfers = self.maxConcurrent
-        let mode: EventRenderer.Mode = self.json ? .json : (self.quiet ? .quiet : .plain(progressEvery: .seconds(2)))
+        let configuration = self.options.configuration(store: store)
+        let mode = self.options.mode
         let started = ContinuousClock.now
         let (reports, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) {
             manager in
@@ -61,7 +52,7 @@ struct Resume: AsyncParsableCommand {
             defer { interruption.stop() }
             var reports: [BatchReport] = []
             for stored in unfinished {
-                let batch = try manager.resumeStoredBatch(stored.id)
+                let batch = try manager.resumeStoredBatch(stored.id, headers: self.options.parsedHeaders)
                 await EventPrinter.print(batch.events(mode.selection), mode: mode)
                 reports.append(await batch.report())
                 if interruption.hasFired { break }
@@ -69,7 +60,7 @@ struct Resume: AsyncParsableCommand {
             return (reports, interruption.hasFired)
         }
         let merged = BatchReport(batchID: reports.first?.batchID ?? BatchID(0), items: reports.flatMap(\.items))
-        Summary.print(merged, elapsed: .now - started, json: self.json, quiet: self.quiet)
+        Summary.print(merged, elapsed: .now - started, json: self.options.json, quiet: self.options.quiet)
         // A batch fed from a list whose process stopped before the list's end: only its recorded items were resumed.
         let partial = unfinished.filter { !$0.isListComplete }
         for batch in partial {

@@ -2,7 +2,8 @@ import ArgumentParser
 import Foundation
 import Haul
 
-/// The options every transferring command (`get`, `put`, `rm`) shares: limits, retries, timeouts, headers, output.
+/// The options every transferring command (`get`, `put`, `rm`, `resume`) shares: limits, retries, timeouts, headers,
+/// output.
 struct TransferOptions: ParsableArguments {
     @Option(name: [.customShort("j"), .long], help: "How many transfers run at once.")
     var maxConcurrent: Int = 4

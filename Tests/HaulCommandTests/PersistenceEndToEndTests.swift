@@ -175,6 +175,32 @@ struct PersistenceEndToEndTests {
         }
     }
 
+    @Test func resumeTakesTheOptionsOfGetAndSendsTheHeadersGiven() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
+            try await self.withFolder { folder in
+                let state = folder.appending(path: "state")
+                #expect(try self.interruptedRun(server, folder: folder, signal: SIGTERM, stopAfter: 6) == 130)
+                let bad = try await HaulProcess.run(["resume", "--max-per-host", "0"], stateHome: state)
+                #expect(bad.status == 64)
+                #expect(bad.stderr.contains("--max-per-host must be between 1 and 256"), "\(bad.stderr)")
+                let before = server.requests.count
+                let resumed = try await HaulProcess.run(
+                    [
+                        "resume", "-j", "3", "--max-per-host", "3", "--retries", "0", "--timeout", "30", "-H",
+                        "Authorization: Bearer again", "--json",
+                    ],
+                    stateHome: state
+                )
+                #expect(resumed.status == 0, "\(resumed.stderr)")
+                #expect(resumed.stdout.contains("\"event\":\"finished\""), "JSON events")
+                try self.expectEveryFileIdentical(folder)
+                let requests = Array(server.requests.dropFirst(before))
+                #expect(!requests.isEmpty)
+                #expect(requests.allSatisfy { $0.headers["authorization"] == "Bearer again" })
+            }
+        }
+    }
+
     @Test func noStateKeepsNothingAndConflictingStateOptionsAreBadUsage() async throws {
         try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
             try await self.withFolder { folder in
@@ -217,6 +243,11 @@ struct PersistenceEndToEndTests {
                 #expect(
                     server.requests.filter { $0.path == "/f0.bin" }.count == 1,
                     "the recorded file is not fetched again"
+                )
+                let again = try await HaulProcess.run(["resume"], stateHome: state)
+                #expect(
+                    again.stderr.contains("was stopped before its input list was read to the end"),
+                    "resuming does not make the list whole"
                 )
 
                 let pruned = try await HaulProcess.run(["status", "--prune"], stateHome: state)

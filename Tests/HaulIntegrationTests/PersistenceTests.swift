@@ -265,6 +265,29 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aResumedBatchSendsTheHeadersGivenAgainWithEveryRequest() async throws {
+        try await FaultInjectingServer.withServer(resources: self.resources()) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let first = try await self.interruptedFirstRun(server: server, folder: folder, store: store)
+                let before = server.requests.count
+                let report = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    manager in
+                    try await manager.resumeStoredBatch(
+                        first.batchID,
+                        headers: [("Authorization", "Bearer again"), ("X-Extra", "1")]
+                    ).report()
+                }
+                #expect(report.completed.count == 2)
+                let resumed = Array(server.requests.dropFirst(before))
+                #expect(resumed.map(\.path) == ["/big"])
+                #expect(resumed.first?.headers["authorization"] == "Bearer again", "the secret the store never kept")
+                #expect(resumed.first?.headers["x-extra"] == "1")
+                #expect(resumed.first?.range == "bytes=60000-")
+            }
+        }
+    }
+
     @Test func twoManagersSharingAStoreNeverDownloadTheSameFileAtOnce() async throws {
         let slow = FaultInjectingServer.Resource(body: Self.big, chunkSize: 20_000, chunkDelay: .milliseconds(20))
         try await FaultInjectingServer.withServer(resources: ["/big": slow]) { server in

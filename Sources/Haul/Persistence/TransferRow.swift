@@ -134,17 +134,23 @@ extension TransferRow {
     }
 
     /// The request this row records (without the secret headers, which are never stored).
+    ///
+    /// A download's operation and an empty list of headers (most rows) are read without `JSONDecoder`, which took
+    /// about 4 µs each: `haul resume` rebuilds a request from every row of its batch.
     var request: TransferRequest? {
-        guard let url = URL(string: self.url),
-            let stored = try? JSONDecoder().decode(StoredOperation.self, from: Data(self.operation.utf8)),
-            let operation = stored.operation
-        else { return nil }
+        let stored =
+            self.operation == StoredOperation.downloadJSON
+            ? StoredOperation(.download)
+            : try? JSONDecoder().decode(StoredOperation.self, from: Data(self.operation.utf8))
+        guard let url = URL(string: self.url), let operation = stored?.operation else { return nil }
         let path = URL(
             filePath: self.destinationPath,
             directoryHint: self.destinationKind == "file" ? .notDirectory : .isDirectory
         )
-        let headers = ((try? JSONDecoder().decode([[String]].self, from: Data(self.headers.utf8))) ?? [])
-            .compactMap { $0.count == 2 ? (name: $0[0], value: $0[1]) : nil }
+        let pairs =
+            self.headers == "[]"
+            ? [] : (try? JSONDecoder().decode([[String]].self, from: Data(self.headers.utf8))) ?? []
+        let headers = pairs.compactMap { $0.count == 2 ? (name: $0[0], value: $0[1]) : nil }
         return TransferRequest(
             url: url,
             destination: self.destinationKind == "file" ? .file(path) : .folder(path),
