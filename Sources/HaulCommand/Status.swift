@@ -9,7 +9,7 @@ struct Status: ParsableCommand {
         discussion: "Exit codes: 0 shown; 1 the state database cannot be read; 64 bad usage or an unknown batch."
     )
 
-    @Argument(help: "A batch to show transfer by transfer.")
+    @Argument(help: "A batch to show transfer by transfer (without one: each batch, and its files not completed).")
     var batch: Int?
 
     @Flag(name: .long, help: "Print JSON instead of text.")
@@ -52,7 +52,11 @@ struct Status: ParsableCommand {
                 for line in StatusRendering.transferLines(transfers, json: self.json) { Get.printOutput(line) }
             } else {
                 let batches = try store.batches()
-                let items = try batches.map { try store.transfers(inBatch: $0.id) }
+                // The text lists no completed transfer: a batch of nothing else needs no reading.
+                let items = try batches.map { batch in
+                    !self.json && batch.transferCounts["completed"] == batch.transferCount
+                        ? [] : try store.transfers(inBatch: batch.id)
+                }
                 for line in StatusRendering.batchLines(batches, items: items, json: self.json) { Get.printOutput(line) }
             }
         } catch let exit as ExitCode {
@@ -70,7 +74,12 @@ enum StatusRendering {
         "waiting", "running", "waitingToRetry", "paused", "completed", "skipped", "failed", "cancelled",
     ]
 
-    /// One line per batch, each followed by its transfers (indented in text; an `items` array in JSON).
+    /// How many of a batch's transfers that have not completed the text lists under it; `haul status ID` lists all.
+    static let listedPerBatch = 10
+
+    /// One line per batch: in JSON with every transfer (an `items` array); in text followed by the transfers that
+    /// have not completed, at most ``listedPerBatch`` of them (a state database used day after day holds hundreds of
+    /// thousands of completed files: listing them all took 5 s and 360,000 lines).
     static func batchLines(_ batches: [StoredBatch], items: [[StoredTransfer]], json: Bool) -> [String] {
         if json {
             return zip(batches, items).map { batch, transfers in
@@ -81,13 +90,21 @@ enum StatusRendering {
         }
         guard !batches.isEmpty else { return ["No batches."] }
         return zip(batches, items).flatMap { batch, transfers in
-            let states = self.order.compactMap { state in batch.transferCounts[state].map { "\($0) \(state)" } }
-            let header =
-                "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
-                + states.joined(separator: ", ") + "; \(Formatting.bytes(batch.bytesOnDisk)) on disk"
-                + (batch.isListComplete ? "" : "; list not read to its end")
-            return [header] + self.transferLines(transfers, json: false).map { "  " + $0 }
+            let open = transfers.filter { $0.state != "completed" }
+            let listed = self.transferLines(Array(open.prefix(self.listedPerBatch)), json: false).map { "  " + $0 }
+            let more =
+                open.count > self.listedPerBatch
+                ? ["  ... and \(open.count - self.listedPerBatch) more not completed: haul status \(batch.id)"] : []
+            return [self.header(of: batch)] + listed + more
         }
+    }
+
+    /// A batch's line: its state, its transfers by state, its bytes on disk.
+    static func header(of batch: StoredBatch) -> String {
+        let states = self.order.compactMap { state in batch.transferCounts[state].map { "\($0) \(state)" } }
+        return "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
+            + states.joined(separator: ", ") + "; \(Formatting.bytes(batch.bytesOnDisk)) on disk"
+            + (batch.isListComplete ? "" : "; list not read to its end")
     }
 
     static func batchObject(_ batch: StoredBatch) -> [String: JSONValue] {

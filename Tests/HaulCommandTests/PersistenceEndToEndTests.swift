@@ -156,7 +156,11 @@ struct PersistenceEndToEndTests {
                 #expect(listed.count == 4)
                 #expect(listed.allSatisfy { $0["state"] is String && $0["bytes"] is Int && $0["url"] is String })
                 let text = try await HaulProcess.run(["status"], stateHome: state)
-                #expect(text.stdout.split(separator: "\n").count == 5, "a batch line and its four files")
+                let open = listed.filter { $0["state"] as? String != "completed" }.count
+                #expect(
+                    text.stdout.split(separator: "\n").count == 1 + open,
+                    "a batch line and its files not completed"
+                )
 
                 let items = try await HaulProcess.run(["status", "1"], stateHome: state)
                 #expect(items.stdout.split(separator: "\n").count == 4)
@@ -197,6 +201,42 @@ struct PersistenceEndToEndTests {
                 let requests = Array(server.requests.dropFirst(before))
                 #expect(!requests.isEmpty)
                 #expect(requests.allSatisfy { $0.headers["authorization"] == "Bearer again" })
+            }
+        }
+    }
+
+    @Test func statusListsEachBatchWithAtMostTenOfItsFilesNotCompletedAndABatchWithAllOfThem() async throws {
+        var resources = ["/done.bin": FaultInjectingServer.Resource(body: Self.files[1])]
+        for index in 0..<12 {
+            resources["/s\(index).bin"] = FaultInjectingServer.Resource(
+                body: Self.files[0],
+                faults: [.stall(afterBytes: 1_000)]
+            )
+        }
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await self.withFolder { folder in
+                let state = folder.appending(path: "state")
+                var configuration = TransferManager.Configuration()
+                configuration.store = try TransferStore(path: state.appending(path: "haul/state.sqlite"))
+                configuration.maximumConcurrentTransfers = 2
+                let done = TransferRequest(url: server.url("/done.bin"), into: folder)
+                let stalled = (0..<12).map { TransferRequest(url: server.url("/s\($0).bin"), into: folder) }
+                try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try manager.makeBatch().add(contentsOf: [done] + stalled)
+                    while manager.state(of: done.id) != .completed { try await Task.sleep(for: .milliseconds(20)) }
+                }
+                let status = try await HaulProcess.run(["status"], stateHome: state)
+                let lines = status.stdout.split(separator: "\n").map(String.init)
+                #expect(lines.count == 12, "the batch, ten of its files, and how many more: \(status.stdout)")
+                #expect(lines.first?.contains("13 files: ") == true)
+                #expect(lines.first?.contains("1 completed") == true)
+                #expect(lines.dropFirst().prefix(10).allSatisfy { $0.contains("/s") }, "no completed file listed")
+                #expect(lines.last == "  ... and 2 more not completed: haul status 1")
+                let batch = try await HaulProcess.run(["status", "1"], stateHome: state)
+                #expect(batch.stdout.split(separator: "\n").count == 13, "every file of one batch")
+                let json = try await HaulProcess.run(["status", "--json"], stateHome: state)
+                let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+                #expect((object?["items"] as? [Any])?.count == 13, "every file in JSON")
             }
         }
     }
