@@ -291,11 +291,7 @@ public final class TransferManager: Sendable {
         }
         // Added a slice at a time, as `haul get -i` adds a list: the first transfers start after the first slice's
         // look-up in the store, not after every row's (2,000 rows: about 30 ms before the first request).
-        let batchID = try self.withCore { core, _ throws(HaulError) -> BatchID in
-            guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
-            return core.makeBatch(sealed: false, storedID: id)
-        }
-        let batch = Batch(id: batchID, manager: self)
+        let batch = try self.makeBatch(storedID: id)
         batch.expectItems(requests.count)
         for start in stride(from: 0, to: requests.count, by: Self.resumedSlice) {
             try batch.add(contentsOf: Array(requests[start..<min(start + Self.resumedSlice, requests.count)]))
@@ -363,7 +359,11 @@ public final class TransferManager: Sendable {
     /// With a store, the batch is recorded as open until it is sealed: a process that stops before sealing it leaves
     /// a batch the store knows only in part (``StoredBatch/isListComplete``).
     public func makeBatch() throws -> Batch {
-        let storedID = try self.createStoredBatch(listComplete: false)
+        try self.makeBatch(storedID: try self.createStoredBatch(listComplete: false))
+    }
+
+    /// An open batch, recorded in the store as `storedID` (a new batch's, or a resumed one's).
+    private func makeBatch(storedID: BatchID?) throws -> Batch {
         let id = try self.withCore { core, _ throws(HaulError) -> BatchID in
             guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
             return core.makeBatch(sealed: false, storedID: storedID)

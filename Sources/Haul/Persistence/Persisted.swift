@@ -145,7 +145,7 @@ struct Persisted: Sendable {
         /// The operation `text` records, or `nil` when it is not one.
         mutating func operation(_ text: String) -> StoredOperation? {
             if let known = self.operations[text] { return known }
-            let operation = try? JSONDecoder().decode(StoredOperation.self, from: Data(text.utf8))
+            let operation = StoredOperation(json: text)
             self.operations[text] = operation
             return operation
         }

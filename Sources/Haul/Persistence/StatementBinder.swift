@@ -23,11 +23,16 @@ struct StatementBinder {
     }
 
     mutating func bind(_ value: String?) {
-        guard var value else { return self.check(sqlite3_bind_null(self.handle, self.index)) }
-        // With its length in bytes, not as a C string, which would end at a NUL character. SQLITE_TRANSIENT: SQLite
-        // copies the text, which lives only for this call. An empty string has no storage to point at.
-        let (handle, index) = (self.handle, self.index)
-        let code = value.withUTF8 { bytes in
+        guard let value else { return self.check(sqlite3_bind_null(self.handle, self.index)) }
+        self.check(Self.bindText(value, to: self.handle, at: self.index))
+    }
+
+    /// Binds `value` to parameter `index` of `handle`, with its length in bytes, not as a C string, which would end at
+    /// a NUL character. SQLITE_TRANSIENT: SQLite copies the text, which lives only for this call. An empty string has
+    /// no storage to point at.
+    static func bindText(_ value: String, to handle: SQLiteStatement, at index: Int32) -> Int32 {
+        var value = value
+        return value.withUTF8 { bytes in
             guard let base = bytes.baseAddress, !bytes.isEmpty else {
                 return sqlite3_bind_text(handle, index, "", 0, Self.transient)
             }
@@ -35,7 +40,6 @@ struct StatementBinder {
                 sqlite3_bind_text(handle, index, $0, Int32(bytes.count), Self.transient)
             }
         }
-        self.check(code)
     }
 
     mutating func bind(_ value: Int64?) {
@@ -79,6 +83,12 @@ struct StatementBinder {
 }
 
 extension Database {
+    /// The error for a statement of `sql` that SQLite failed with `code`, with the connection's message.
+    func failure(_ code: Int32, sql: String) -> DatabaseError {
+        let message = String(cString: sqlite3_errmsg(self.sqliteConnection))
+        return DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: sql)
+    }
+
     /// Runs one of the store's statements, prepared once (through GRDB's statement cache) and bound by `bind`.
     ///
     /// - Throws: `DatabaseError` when a value cannot be bound, when `bind` binds fewer or more values than the

@@ -211,12 +211,7 @@ public final class TransferStore: Sendable {
         )
         if db.changesCount > 0 { return .claimed }
         // Else: the row is completed, or someone else holds its lease.
-        guard
-            let row = try TransferRow.fetchOne(
-                db.cachedStatement(sql: "SELECT * FROM transfer WHERE id = ?"),
-                arguments: [id.rawValue]
-            )
-        else { return .claimed }
+        guard let row = try Self.rows([id], in: db)[0] else { return .claimed }
         if row.state == TransferState.completed.description, row.leaseOwner != owner, let finalPath = row.finalPath,
             let (size, modified) = Persisted.sizeAndModification(finalPath), size == row.finalSize,
             modified == row.finalModified
@@ -340,10 +335,7 @@ public final class TransferStore: Sendable {
                     code = sqlite3_step(handle)
                     if code == SQLITE_ROW { rows.append(TransferRow(columnsOf: handle)) }
                 }
-                guard code == SQLITE_DONE else {
-                    let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
-                    throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: sql)
-                }
+                guard code == SQLITE_DONE else { throw db.failure(code, sql: sql) }
                 return rows
             }
         }
@@ -366,10 +358,7 @@ public final class TransferStore: Sendable {
                     }
                     code = sqlite3_step(handle)
                 }
-                guard code == SQLITE_DONE else {
-                    let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
-                    throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: sql)
-                }
+                guard code == SQLITE_DONE else { throw db.failure(code, sql: sql) }
                 return digests
             }
         }
@@ -406,27 +395,12 @@ public final class TransferStore: Sendable {
             let handle = statement.sqliteStatement
             return try ids.map { id in
                 defer { sqlite3_reset(handle) }
-                var text = id.rawValue
-                let code = text.withUTF8 { bytes in
-                    // SQLITE_TRANSIENT: SQLite copies the text, which lives only for this call. An empty string has
-                    // no storage to point at.
-                    let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
-                    guard let base = bytes.baseAddress, !bytes.isEmpty else {
-                        return sqlite3_bind_text(handle, 1, "", 0, transient)
-                    }
-                    return base.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
-                        sqlite3_bind_text(handle, 1, $0, Int32(bytes.count), transient)
-                    }
-                }
+                let code = StatementBinder.bindText(id.rawValue, to: handle, at: 1)
                 let step = code == SQLITE_OK ? sqlite3_step(handle) : code
                 switch step {
-                case SQLITE_ROW:
-                    return TransferRow(columnsOf: handle)
-                case SQLITE_DONE:
-                    return nil
-                default:
-                    let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
-                    throw DatabaseError(resultCode: ResultCode(rawValue: step), message: message, sql: sql)
+                case SQLITE_ROW: return TransferRow(columnsOf: handle)
+                case SQLITE_DONE: return nil
+                default: throw db.failure(step, sql: sql)
                 }
             }
         }
