@@ -491,14 +491,16 @@ struct ResilienceTests {
         return try await FaultInjectingServer.withServer(resources: ["/file": resource]) { server in
             try await withTemporaryDirectory { folder in
                 let request = TransferRequest(url: server.url("/file"), into: folder)
-                var configuration = TransferManager.Configuration.retrying(idleTimeout: .seconds(5))
+                // A stall long enough to be seen under the whole suite's load: with 5 s, the looking task once saw
+                // the folder only after the retry had published the file.
+                var configuration = TransferManager.Configuration.retrying(idleTimeout: .seconds(15))
                 if withStore { configuration.store = try TransferStore() }
                 configuration.writesSmallFilesUnnamed = unnamed
                 let seen = try await TransferManager.withTransferManager(configuration: configuration) { manager in
                     let batch = try manager.enqueue(request)
                     // Looked at as soon as the bytes before the stall have arrived (the stall lasts until the idle
                     // timeout ends the attempt).
-                    let deadline = ContinuousClock.now + .seconds(10)
+                    let deadline = ContinuousClock.now + .seconds(30)
                     while manager.progress(of: request.id)?.receivedBytes != 50_000, ContinuousClock.now < deadline {
                         try await Task.sleep(for: .milliseconds(2))
                     }
