@@ -3,6 +3,7 @@ import CHaulSystem
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 import Tracing
 
 /// Runs batches of downloads concurrently under a global and a per-host limit, streaming each file to disk.
@@ -149,9 +150,9 @@ public final class TransferManager: Sendable {
         let context = self.scopeContext
         let operation: @Sendable () async -> Void = {
             if let context {
-                await ServiceContext.withValue(context) { await self.runTransfer(id) }
+                await ServiceContext.withValue(context) { await self.runTransfer(id, signal: signal) }
             } else {
-                await self.runTransfer(id)
+                await self.runTransfer(id, signal: signal)
             }
         }
         let task: Task<Void, Never>
@@ -165,18 +166,40 @@ public final class TransferManager: Sendable {
     }
 
     /// Runs a transfer's attempt and any wait for a retry; its last change under the lock also counts its task out.
-    private func runTransfer(_ id: TransferID) async {
+    ///
+    /// A download with a file to publish hands it over and its task ends: the publishing goes on from the store's
+    /// commit (``Download/publish(_:observer:isStopped:completion:)``), and counts as the transfer's task until its
+    /// outcome is in.
+    private func runTransfer(_ id: TransferID, signal: StopSignal) async {
+        defer { signal.taskEnded() }
         guard let plan = self.core.withLockedValue({ $0.plan(for: id) }) else {
             self.withCore { $0.transferTaskEnded(aftermath: &$1) }
             return
         }
-        let outcome = await self.claimAndRun(plan)
-        let retryWait = self.withCore { core, aftermath in
+        switch await self.claimAndRun(plan) {
+        case .outcome(let outcome):
+            guard let wait = self.attemptEnded(id, outcome: outcome) else { return }
+            await self.waitForRetry(id, wait)
+        case .publication(let publication):
+            Download.publish(publication, observer: self, isStopped: { signal.isFired }) { outcome in
+                guard let wait = self.attemptEnded(id, outcome: outcome) else { return }
+                // A failed rename to retry after a delay: the wait needs a task again.
+                Task.detached(priority: self.scopePriority) { await self.waitForRetry(id, wait) }
+            }
+        }
+    }
+
+    /// Applies an attempt's outcome; counts the transfer's task out unless a retry is to be waited for.
+    private func attemptEnded(_ id: TransferID, outcome: Download.AttemptOutcome) -> RetryWait? {
+        self.withCore { core, aftermath in
             let wait = core.attemptEnded(id, outcome: outcome, aftermath: &aftermath)
             if wait == nil { core.transferTaskEnded(aftermath: &aftermath) }
             return wait
         }
-        guard let wait = retryWait else { return }
+    }
+
+    /// Waits before a retry (or until the wait is stopped), then queues the transfer again and counts its task out.
+    private func waitForRetry(_ id: TransferID, _ wait: RetryWait) async {
         await wait.signal.wait(upTo: wait.delay)
         self.withCore { core, aftermath in
             core.retryWaitEnded(id, wait, aftermath: &aftermath)
@@ -186,25 +209,28 @@ public final class TransferManager: Sendable {
 
     /// With a store, claims the transfer's lease first (another process may hold it, or have completed the file);
     /// then runs the attempt.
-    private func claimAndRun(_ plan: Download.Plan) async -> Download.AttemptOutcome {
+    private func claimAndRun(_ plan: Download.Plan) async -> Download.Ending {
         switch await self.storeWriter?.claim(plan.id) ?? .claimed {
         case .claimed:
             break
         case .heldElsewhere:
-            return .failed(
-                HaulError(
-                    .leasedElsewhere,
-                    "Another haul process sharing the state database is working on this transfer"
+            return .outcome(
+                .failed(
+                    HaulError(
+                        .leasedElsewhere,
+                        "Another haul process sharing the state database is working on this transfer"
+                    )
                 )
             )
         case .completedElsewhere(let file):
-            return .completed(file)
+            return .outcome(.completed(file))
         }
         switch plan.operation {
         case .download: return await Download.run(plan, transport: self.transport, observer: self)
-        case .upload(let upload): return await Upload.run(plan, upload, transport: self.transport, observer: self)
+        case .upload(let upload):
+            return .outcome(await Upload.run(plan, upload, transport: self.transport, observer: self))
         case .delete(let deletion):
-            return await Deletion.run(plan, deletion, transport: self.transport, observer: self)
+            return .outcome(await Deletion.run(plan, deletion, transport: self.transport, observer: self))
         }
     }
 
@@ -535,21 +561,25 @@ extension TransferManager: Download.Observer {
         at path: String,
         byteCount: Int64,
         sha256: String?,
-        modificationTime: Double?
-    ) async -> Bool {
-        // Written before it returns, outside the lock, with everything queued before it: the record must be in the
-        // database before the rename, or a process killed right after the rename would download the file again
-        // under another name. It suspends while the database works; it does not block a thread.
+        modificationTime: Double?,
+        then recorded: @escaping @Sendable (Bool) -> Void
+    ) {
+        // Written before `recorded` is called, outside the lock, with everything queued before it: the record must be
+        // in the database before the rename, or a process killed right after the rename would download the file
+        // again under another name. Nothing waits or blocks while the database works: `recorded` runs from the
+        // commit, on this event loop (the thread the transfer ran on).
         // It waits for others to share its commit only while other transfers are still on the network: the last
         // files of a batch have no one to wait for.
-        guard let storeWriter = self.storeWriter else { return false }
+        guard let storeWriter = self.storeWriter else { return recorded(false) }
         // Slots in use, not running transfers: those count the transfers publishing, this one among them.
         let othersOnNetwork = self.core.withLockedValue { $0.scheduler.slotsInUse > 0 }
-        await storeWriter.flushAndWait(
+        let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? self.transport.client.eventLoopGroup.any()
+        storeWriter.flush(
             adding: .publishing(id, finalPath: path, size: byteCount, sha256: sha256, modified: modificationTime),
             lingering: othersOnNetwork
-        )
-        return true
+        ) {
+            loop.execute { recorded(true) }
+        }
     }
 
 }

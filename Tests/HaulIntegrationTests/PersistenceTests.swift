@@ -193,6 +193,29 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aFileWhoseNameIsTakenIsRecordedUnderTheFreeNameItLandsUnder() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/done": .init(body: Self.done)]) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let out = folder.appending(path: "out")
+                try FileManager.default.createDirectory(at: out, withIntermediateDirectories: true)
+                // The first name is tried without looking, the second is looked at: both taken.
+                try Data("old".utf8).write(to: out.appending(path: "done"))
+                try Data("old".utf8).write(to: out.appending(path: "done.1"))
+                let request = TransferRequest(url: server.url("/done"), into: out)
+                let report = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    manager in
+                    try await manager.enqueue([request]).report()
+                }
+                #expect(report.completed.first?.file.path.lastPathComponent == "done.2")
+                #expect(try store.transfer(request.id)?.finalPath?.path == out.appending(path: "done.2").path)
+                #expect(try Array(Data(contentsOf: out.appending(path: "done.2"))) == Self.done)
+                #expect(try Data(contentsOf: out.appending(path: "done")) == Data("old".utf8))
+                #expect(try Data(contentsOf: out.appending(path: "done.1")) == Data("old".utf8))
+            }
+        }
+    }
+
     @Test func aRunningTransferIsRecordedRunningWithItsSizeAndBytesOnceItHasRunHalfASecond() async throws {
         let resources: [String: FaultInjectingServer.Resource] = [
             "/big": .init(body: Self.big, chunkSize: 20_000, faults: [.stall(afterBytes: 60_000)])

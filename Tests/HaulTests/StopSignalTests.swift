@@ -55,4 +55,16 @@ struct StopSignalTests {
         await task.value
         #expect(!task.isCancelled)
     }
+
+    @Test func aSignalLetsGoOfItsTaskOnceTheTaskHasEnded() async {
+        // A task's handle keeps all the memory its stack grew; a signal may outlive its task.
+        let signal = StopSignal()
+        let task = Task {}
+        signal.cancelOnFire(task)
+        await task.value
+        signal.taskEnded()
+        signal.fire()
+        #expect(!task.isCancelled, "firing cancels no task once the signal has let go of it")
+        #expect(signal.isFired)
+    }
 }

@@ -137,10 +137,16 @@ package final class StoreWriter: Sendable {
     /// (the last files of a batch, with no one to wait for) it starts at once, cutting short a wait under way: the
     /// records waiting there go with it.
     func flushAndWait(adding last: StoreOperation, lingering: Bool = true) async {
-        let timing = lingering ? Timing.afterLinger(self.linger) : .promptly
         await withCheckedContinuation { continuation in
-            self.submit(adding: [last], timing: timing, then: { _ in }) { _ in continuation.resume() }
+            self.flush(adding: last, lingering: lingering) { continuation.resume() }
         }
+    }
+
+    /// Writes what is queued now and then `last`, in one transaction, as ``flushAndWait(adding:lingering:)`` does,
+    /// and calls `written` once it is written (on the database's writer queue: `written` must be quick).
+    func flush(adding last: StoreOperation, lingering: Bool = true, then written: @escaping @Sendable () -> Void) {
+        let timing = lingering ? Timing.afterLinger(self.linger) : .promptly
+        self.submit(adding: [last], timing: timing, then: { _ in }) { _ in written() }
     }
 
     /// Claims a transfer before its request, writing what is queued up to the transfer's row first (the rest waits

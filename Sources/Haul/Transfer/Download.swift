@@ -164,21 +164,45 @@ extension Download {
         /// The attempt no longer uses the network (its body has arrived and passed the checks; only publishing is
         /// left): its slots may go to the next transfers.
         func leftNetwork(_ id: TransferID)
-        /// The finished file is about to be renamed to `path`; returns once its completion is recorded (then
-        /// `true`), or at once with `false` when there is nowhere to record it.
+        /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded
+        /// (with `true`), or at once with `false` when there is nowhere to record it. Nothing waits meanwhile.
         func willPublish(
             _ id: TransferID,
             at path: String,
             byteCount: Int64,
             sha256: String?,
-            modificationTime: Double?
-        ) async -> Bool
+            modificationTime: Double?,
+            then recorded: @escaping @Sendable (Bool) -> Void
+        )
     }
 
-    /// Runs one attempt to completion, failure or stop; never throws.
-    static func run(_ plan: Plan, transport: HTTPTransport, observer: some Observer) async -> AttemptOutcome {
-        await self.outcome {
-            try await self.attempt(plan, transport: transport, observer: observer, mayRestart: true)
+    /// How an attempt's task ends: with the attempt's outcome, or with a file ready to publish (``publish(_:observer:completion:)``),
+    /// which goes on without the task.
+    enum Ending: Sendable {
+        case outcome(AttemptOutcome)
+        case publication(Publication)
+    }
+
+    /// A file that arrived whole and passed its checks, to be recorded and moved to its final name: what an attempt
+    /// hands over so that its task ends before the wait for the store's commit. A task keeps the stack its attempt
+    /// grew (about 30 KB of async frames, held until the task ends), and a list of small files had over a thousand
+    /// files waiting for a commit at once.
+    struct Publication: Sendable {
+        var plan: Plan
+        /// The open file (or its `.part` name), owned by the publication from now on.
+        var writer: BodyWriter
+        var byteCount: Int64
+        var sha256: String?
+        /// The file's modification time, when read from the open file.
+        var modified: Double?
+    }
+
+    /// Runs one attempt until it ends or has a file to publish; never throws.
+    static func run(_ plan: Plan, transport: HTTPTransport, observer: some Observer) async -> Ending {
+        do {
+            return try await self.attempt(plan, transport: transport, observer: observer, mayRestart: true)
+        } catch {
+            return .outcome(self.failure(error, stopped: Task.isCancelled))
         }
     }
 
@@ -187,13 +211,16 @@ extension Download {
     static func outcome(_ attempt: () async throws -> AttemptOutcome) async -> AttemptOutcome {
         do {
             return try await attempt()
-        } catch is CancellationError {
-            return .stopped
-        } catch let error as HaulError {
-            return Task.isCancelled ? .stopped : .failed(error)
         } catch {
-            return Task.isCancelled ? .stopped : .failed(HaulError(.connectionFailed, "\(error)", underlying: error))
+            return self.failure(error, stopped: Task.isCancelled)
         }
+    }
+
+    /// An attempt's error as its outcome: `stopped` for a cancellation, or for any error once the attempt was asked
+    /// to stop; else a failure.
+    static func failure(_ error: any Error, stopped: Bool) -> AttemptOutcome {
+        if error is CancellationError || stopped { return .stopped }
+        return .failed(error as? HaulError ?? HaulError(.connectionFailed, "\(error)", underlying: error))
     }
 
     private static func attempt(
@@ -201,10 +228,10 @@ extension Download {
         transport: HTTPTransport,
         observer: some Observer,
         mayRestart: Bool
-    ) async throws -> AttemptOutcome {
+    ) async throws -> Ending {
         var plan = plan
         if !plan.usesContentDisposition, let outcome = self.existingFileOutcome(plan.nameComponents, plan) {
-            return outcome
+            return .outcome(outcome)
         }
         var headers = plan.headers
         headers.append(("Accept-Encoding", "identity"))
@@ -269,7 +296,7 @@ extension Download {
             )
         case .outcome(let outcome):
             response.abandon()
-            return outcome
+            return .outcome(outcome)
         case .body(let accepted, let length, let noBody):
             (validator, expectedBytes, completeWithoutBody) = (accepted, length, noBody)
         }
@@ -289,9 +316,11 @@ extension Download {
             throw error
         }
 
-        defer { writer.close() }
+        // Closed when the attempt ends here; a publication takes the open file with it.
+        var handedOver = false
+        defer { if !handedOver { writer.close() } }
         do {
-            return try await self.finish(
+            let ending = try await self.finish(
                 plan,
                 response: response,
                 writer: writer,
@@ -302,6 +331,8 @@ extension Download {
                 observer: observer,
                 mayRestart: mayRestart
             )
+            if case .publication = ending { handedOver = true }
+            return ending
         } catch {
             // A file without a name keeps what arrived under its `.part` name, for the retry (or the cancel) to find.
             writer.keepUnpublished()
@@ -320,7 +351,7 @@ extension Download {
         transport: HTTPTransport,
         observer: some Observer,
         mayRestart: Bool
-    ) async throws -> AttemptOutcome {
+    ) async throws -> Ending {
         let status = writer.status
         let partPath = writer.partPath
         if completeWithoutBody {
@@ -385,13 +416,8 @@ extension Download {
             throw HaulError(.validationFailed, "The file validator rejected the file", httpStatus: status)
         }
         let sha256 = plan.checksum?.algorithm == .sha256 ? checksumDigest : writer.sha256Digester?.finalize()
-        return try await self.publish(
-            plan,
-            writer: writer,
-            byteCount: byteCount,
-            sha256: sha256,
-            modified: modified,
-            observer: observer
+        return .publication(
+            Publication(plan: plan, writer: writer, byteCount: byteCount, sha256: sha256, modified: modified)
         )
     }
 
@@ -558,7 +584,7 @@ extension Download {
         mayRestart: Bool,
         reason: String,
         failure: HaulError? = nil
-    ) async throws -> AttemptOutcome {
+    ) async throws -> Ending {
         PartialFile.remove(plan.partPath)
         guard mayRestart else {
             throw failure ?? HaulError(.rangeNotHonored, "The server did not honour the range request: \(reason)")
@@ -583,73 +609,145 @@ extension Download {
         return nil
     }
 
-    /// Moves the partial file to its final name under the conflict policy.
+    /// Moves a publication's file to its final name under the conflict policy, then calls `completion` with the
+    /// outcome (after the writer is closed): at once when there is no store, else on an event loop once the store
+    /// has committed the record. No task waits for the commit (see ``Publication``).
     ///
-    /// The exact final path is chosen first and reported (``Observer/willPublish(_:at:byteCount:)``, which records it
-    /// in the store) before the rename, which never replaces a file unless the policy is overwrite. If another file
-    /// takes the name in between, the next name is chosen and reported.
-    private static func publish(
-        _ plan: Plan,
-        writer: BodyWriter,
-        byteCount: Int64,
-        sha256: String?,
-        modified: Double?,
-        observer: some Observer
-    ) async throws -> AttemptOutcome {
-        observer.leftNetwork(plan.id)
-        var components = plan.nameComponents
-        let name = components.removeLast()
-        func path(_ name: String) -> String { plan.finalPath(components + [name]) }
-        // Read before the rename, which keeps it: the completion is recorded with it before the file is in place.
-        let modified = modified ?? Persisted.sizeAndModification(writer.partPath)?.1
-        func record(_ target: String) async -> Bool {
-            await observer.willPublish(
-                plan.id,
+    /// The exact final path is chosen first and reported (``Observer/willPublish(_:at:byteCount:sha256:modificationTime:then:)``,
+    /// which records it in the store) before the rename, which never replaces a file unless the policy is overwrite.
+    /// If another file takes the name in between, the next name is chosen and reported. A failure leaves what arrived
+    /// under the `.part` name, as a failed attempt does, and is `stopped` once `isStopped` says the attempt was asked
+    /// to stop.
+    static func publish(
+        _ publication: Publication,
+        observer: some Observer,
+        isStopped: @escaping @Sendable () -> Bool,
+        completion: @escaping @Sendable (AttemptOutcome) -> Void
+    ) {
+        observer.leftNetwork(publication.plan.id)
+        Publisher(publication, observer: observer, isStopped: isStopped, completion: completion).start()
+    }
+
+    /// One publication's way through the candidate names; each record's commit calls back into it.
+    private struct Publisher<O: Observer>: Sendable {
+        let publication: Publication
+        let observer: O
+        let isStopped: @Sendable () -> Bool
+        let completion: @Sendable (AttemptOutcome) -> Void
+        /// The final path's folders below the destination, and the file's name.
+        let components: [String]
+        let name: String
+        /// Read before the rename, which keeps it: the completion is recorded with it before the file is in place.
+        let modified: Double?
+
+        init(
+            _ publication: Publication,
+            observer: O,
+            isStopped: @escaping @Sendable () -> Bool,
+            completion: @escaping @Sendable (AttemptOutcome) -> Void
+        ) {
+            self.publication = publication
+            self.observer = observer
+            self.isStopped = isStopped
+            self.completion = completion
+            var components = publication.plan.nameComponents
+            self.name = components.removeLast()
+            self.components = components
+            self.modified =
+                publication.modified ?? Persisted.sizeAndModification(publication.writer.partPath)?.1
+        }
+
+        private var plan: Plan { self.publication.plan }
+        private var writer: BodyWriter { self.publication.writer }
+
+        private func path(_ name: String) -> String { self.plan.finalPath(self.components + [name]) }
+
+        func start() {
+            if self.plan.conflictPolicy == .overwrite {
+                let target = self.path(self.name)
+                self.record(target) { recorded in
+                    do throws(HaulError) {
+                        try self.writer.publishReplacing(at: target)
+                        self.end(self.completed(target, named: self.name, recorded: recorded))
+                    } catch {
+                        self.fail(error)
+                    }
+                }
+                return
+            }
+            self.tryName(from: 0)
+        }
+
+        /// Takes the first name from `index` on that may be free, records it, and renames the file to it; the next
+        /// name when another file took it meanwhile. Under rename, the first name is tried without looking (the
+        /// no-replace rename says if it is taken: one system call for most files); other names, and every name under
+        /// skip and fail, are looked at first, so that the store records a name that was free. Names are built one
+        /// at a time: most files take the first, and building 10,000 names per file costs more than the download.
+        private func tryName(from index: Int) {
+            let last = self.plan.conflictPolicy == .rename ? 9_999 : 0
+            var index = index
+            while index <= last {
+                let candidate = index == 0 ? self.name : FileNaming.numbered(self.name, index)
+                let target = self.path(candidate)
+                if (index == 0 && self.plan.conflictPolicy == .rename) || !PartialFile.exists(target) {
+                    let next = index + 1
+                    self.record(target) { recorded in
+                        do throws(HaulError) {
+                            if try self.writer.publishWithoutReplacing(at: target) {
+                                self.end(self.completed(target, named: candidate, recorded: recorded))
+                            } else {
+                                self.tryName(from: next)
+                            }
+                        } catch {
+                            self.fail(error)
+                        }
+                    }
+                    return
+                }
+                index += 1
+            }
+            self.writer.discard()
+            let path = self.path(self.name)
+            switch self.plan.conflictPolicy {
+            case .skip: self.end(.skipped(existing: URL(filePath: path)))
+            case .fail: self.end(.failed(HaulError(.fileExists, "\(path) exists (conflict policy: fail)")))
+            default: self.fail(HaulError(.fileExists, "No free name for \(path) after 9,999 tries"))
+            }
+        }
+
+        private func record(_ target: String, then body: @escaping @Sendable (Bool) -> Void) {
+            self.observer.willPublish(
+                self.plan.id,
                 at: target,
-                byteCount: byteCount,
-                sha256: sha256,
-                modificationTime: modified
+                byteCount: self.publication.byteCount,
+                sha256: self.publication.sha256,
+                modificationTime: self.modified,
+                then: body
             )
         }
-        func completed(_ target: String, named finalName: String, recorded: Bool) -> AttemptOutcome {
+
+        private func completed(_ target: String, named finalName: String, recorded: Bool) -> AttemptOutcome {
             var file = CompletedFile(
-                folder: plan.folder,
-                relativePath: (components + [finalName]).joined(separator: "/"),
-                byteCount: byteCount,
-                sha256: sha256,
-                modificationTime: modified ?? Persisted.sizeAndModification(target)?.1
+                folder: self.plan.folder,
+                relativePath: (self.components + [finalName]).joined(separator: "/"),
+                byteCount: self.publication.byteCount,
+                sha256: self.publication.sha256,
+                modificationTime: self.modified ?? Persisted.sizeAndModification(target)?.1
             )
             // Without a time read before the rename the record cannot tell the file is unchanged: written again.
-            file.isRecordedInStore = recorded && modified != nil
+            file.isRecordedInStore = recorded && self.modified != nil
             return .completed(file)
         }
 
-        if plan.conflictPolicy == .overwrite {
-            let target = path(name)
-            let recorded = await record(target)
-            try writer.publishReplacing(at: target)
-            return completed(target, named: name, recorded: recorded)
+        private func end(_ outcome: AttemptOutcome) {
+            self.writer.close()
+            self.completion(outcome)
         }
-        // Lazily: most files take the first name, and building 10,000 names per file costs more than the download.
-        let numbered = plan.conflictPolicy == .rename ? 9_999 : 0
-        let candidates = (0...numbered).lazy.map { $0 == 0 ? name : FileNaming.numbered(name, $0) }
-        // Under rename, the first name is tried without looking (the no-replace rename says if it is taken: one
-        // system call for most files); other names, and every name under skip and fail, are looked at first, so that
-        // the store records a name that was free.
-        let tryFirstBlind = plan.conflictPolicy == .rename
-        for (index, candidate) in candidates.enumerated() {
-            let target = path(candidate)
-            guard (index == 0 && tryFirstBlind) || !PartialFile.exists(target) else { continue }
-            let recorded = await record(target)
-            if try writer.publishWithoutReplacing(at: target) {
-                return completed(target, named: candidate, recorded: recorded)
-            }
+
+        /// Ends as a failed attempt does: what arrived stays under its `.part` name, for a retry to find.
+        private func fail(_ error: HaulError) {
+            self.writer.keepUnpublished()
+            self.end(Download.failure(error, stopped: self.isStopped()))
         }
-        writer.discard()
-        if plan.conflictPolicy == .skip { return .skipped(existing: URL(filePath: path(name))) }
-        if plan.conflictPolicy == .fail {
-            return .failed(HaulError(.fileExists, "\(path(name)) exists (conflict policy: fail)"))
-        }
-        throw HaulError(.fileExists, "No free name for \(path(name)) after 9,999 tries")
     }
 }

@@ -23,6 +23,9 @@ final class StopSignal: Sendable {
         cancelsOperation?()
     }
 
+    /// Whether the signal has fired.
+    var isFired: Bool { self.state.withLockedValue { $0.isFired } }
+
     /// Cancels `task` when the signal fires, or at once if it has fired already: the task running the attempt.
     func cancelOnFire(_ task: Task<Void, Never>) {
         let firedAlready = self.state.withLockedValue { state in
@@ -30,6 +33,13 @@ final class StopSignal: Sendable {
             return state.isFired
         }
         if firedAlready { task.cancel() }
+    }
+
+    /// The task given to ``cancelOnFire(_:)`` has ended: there is nothing left to cancel. A task's handle keeps the
+    /// whole stack the task grew (its async frames: about 30 KB for a download) after the task ends, and a signal
+    /// may outlive its task (a publication waiting for its commit holds it).
+    func taskEnded() {
+        self.state.withLockedValue { $0.cancelsOperation = nil }
     }
 
     /// Returns when the signal fires or the calling task is cancelled (which does not fire it: the signal can be
