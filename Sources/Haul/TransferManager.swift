@@ -556,6 +556,8 @@ extension TransferManager: Download.Observer {
         self.withCore { $0.leftNetwork(id, aftermath: &$1) }
     }
 
+    var recordsPublications: Bool { self.storeWriter != nil }
+
     func willPublish(
         _ id: TransferID,
         at path: String,

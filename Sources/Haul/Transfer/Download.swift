@@ -164,6 +164,9 @@ extension Download {
         /// The attempt no longer uses the network (its body has arrived and passed the checks; only publishing is
         /// left): its slots may go to the next transfers.
         func leftNetwork(_ id: TransferID)
+        /// Whether finished files are recorded (``willPublish(_:at:byteCount:sha256:modificationTime:then:)``)
+        /// before they are renamed: whether there is a store.
+        var recordsPublications: Bool { get }
         /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded
         /// (with `true`), or at once with `false` when there is nowhere to record it. Nothing waits meanwhile.
         func willPublish(
@@ -665,14 +668,8 @@ extension Download {
         func start() {
             if self.plan.conflictPolicy == .overwrite {
                 let target = self.path(self.name)
-                self.record(target) { recorded in
-                    do throws(HaulError) {
-                        try self.writer.publishReplacing(at: target)
-                        self.end(self.completed(target, named: self.name, recorded: recorded))
-                    } catch {
-                        self.fail(error)
-                    }
-                }
+                guard self.observer.recordsPublications else { return self.replace(at: target, recorded: false) }
+                self.record(target) { recorded in self.replace(at: target, recorded: recorded) }
                 return
             }
             self.tryName(from: 0)
@@ -683,28 +680,27 @@ extension Download {
         /// no-replace rename says if it is taken: one system call for most files); other names, and every name under
         /// skip and fail, are looked at first, so that the store records a name that was free. Names are built one
         /// at a time: most files take the first, and building 10,000 names per file costs more than the download.
+        /// Without a store the names are tried in this loop; with one, each record's commit calls back (on a stack of
+        /// its own) to rename, and to go on from the next name.
         private func tryName(from index: Int) {
             let last = self.plan.conflictPolicy == .rename ? 9_999 : 0
             var index = index
             while index <= last {
-                let candidate = index == 0 ? self.name : FileNaming.numbered(self.name, index)
+                let (tried, next) = (index, index + 1)
+                index = next
+                let candidate = tried == 0 ? self.name : FileNaming.numbered(self.name, tried)
                 let target = self.path(candidate)
-                if (index == 0 && self.plan.conflictPolicy == .rename) || !PartialFile.exists(target) {
-                    let next = index + 1
-                    self.record(target) { recorded in
-                        do throws(HaulError) {
-                            if try self.writer.publishWithoutReplacing(at: target) {
-                                self.end(self.completed(target, named: candidate, recorded: recorded))
-                            } else {
-                                self.tryName(from: next)
-                            }
-                        } catch {
-                            self.fail(error)
-                        }
-                    }
+                guard (tried == 0 && self.plan.conflictPolicy == .rename) || !PartialFile.exists(target) else {
+                    continue
+                }
+                guard self.observer.recordsPublications else {
+                    if self.rename(to: target, named: candidate, recorded: false) { continue }
                     return
                 }
-                index += 1
+                self.record(target) { recorded in
+                    if self.rename(to: target, named: candidate, recorded: recorded) { self.tryName(from: next) }
+                }
+                return
             }
             self.writer.discard()
             let path = self.path(self.name)
@@ -712,6 +708,28 @@ extension Download {
             case .skip: self.end(.skipped(existing: URL(filePath: path)))
             case .fail: self.end(.failed(HaulError(.fileExists, "\(path) exists (conflict policy: fail)")))
             default: self.fail(HaulError(.fileExists, "No free name for \(path) after 9,999 tries"))
+            }
+        }
+
+        /// Renames the file to `target` unless a file is there; returns true when one is (the next name is to be
+        /// tried), else ends the publication.
+        private func rename(to target: String, named candidate: String, recorded: Bool) -> Bool {
+            do throws(HaulError) {
+                guard try self.writer.publishWithoutReplacing(at: target) else { return true }
+                self.end(self.completed(target, named: candidate, recorded: recorded))
+            } catch {
+                self.fail(error)
+            }
+            return false
+        }
+
+        /// Renames the file to `target`, replacing what is there, and ends the publication.
+        private func replace(at target: String, recorded: Bool) {
+            do throws(HaulError) {
+                try self.writer.publishReplacing(at: target)
+                self.end(self.completed(target, named: self.name, recorded: recorded))
+            } catch {
+                self.fail(error)
             }
         }
 
