@@ -7,6 +7,10 @@
 #include <stdatomic.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#if defined(__linux__)
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#endif
 #include <unistd.h>
 
 int haul_rename_noreplace(const char *from, const char *to) {
@@ -100,6 +104,21 @@ int haul_reserve_descriptors(int count) {
     }
     close(last);
     return count;
+}
+
+int haul_reserve_space(int fd, long long offset, long long length) {
+#if defined(__linux__) && defined(FALLOC_FL_KEEP_SIZE)
+    struct statfs system;
+    if (fstatfs(fd, &system) == 0 && system.f_type == TMPFS_MAGIC) {
+        return 1;
+    }
+    return fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);
+#else
+    (void)fd;
+    (void)offset;
+    (void)length;
+    return 1;
+#endif
 }
 
 int haul_terminal_width(int fd) {

@@ -99,6 +99,36 @@ struct TransferControlTests {
         }
     }
 
+    @Test func aFileOfAnnouncedLengthHasItsWholeLengthReservedOnDiskWhileItsBytesArrive() async throws {
+        // Past the size of files made without a name, so that the partial file has its `.part` name to look at.
+        let body = FaultInjectingServer.body(size: 2_000_000, seed: 43)
+        let resource = FaultInjectingServer.Resource(body: body, faults: [.stall(afterBytes: 60_000)])
+        try await FaultInjectingServer.withServer(resources: ["/big": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                // Whether this folder's file system reserves at all (tmpfs is left alone, some cannot).
+                let probe = folder.appending(path: "probe").path
+                let reserves = try PartialFile(openingAt: probe).reserve(toLength: 4 << 20)
+                PartialFile.remove(probe)
+                let seen = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    let request = TransferRequest(url: server.url("/big"), into: folder)
+                    _ = try manager.enqueue(request)
+                    let deadline = ContinuousClock.now + .seconds(30)
+                    while manager.progress(of: request.id)?.receivedBytes != 60_000, ContinuousClock.now < deadline {
+                        try await Task.sleep(for: .milliseconds(2))
+                    }
+                    let part = try #require(names(in: folder).first { $0.hasSuffix(".part") })
+                    var status = stat()
+                    #expect(stat(folder.appending(path: part).path, &status) == 0)
+                    manager.cancel(request.id)
+                    return (size: Int64(status.st_size), allocated: Int64(status.st_blocks) * 512)
+                }
+                // What was written of what arrived (writes are gathered): where a resumed attempt starts.
+                #expect(seen.size <= 60_000)
+                if reserves { #expect(seen.allocated >= 2_000_000) }
+            }
+        }
+    }
+
     @Test func cancellingTheRestFromInsideTheProgressLoopStopsTheBatch() async throws {
         var resources: [String: FaultInjectingServer.Resource] = [:]
         resources["/quick"] = .init(body: [1, 2, 3])

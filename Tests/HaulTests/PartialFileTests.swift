@@ -244,6 +244,43 @@ struct PartialFileTests {
         #expect(try Self.onDisk(path) == Self.bytes(1_500))
     }
 
+    @Test func reservingTheRestOfAFileKeepsItsSizeSoThatResumingStartsWhereItsBytesEnd() throws {
+        let folder = try Folder()
+        let path = folder.url.appending(path: "f.part").path
+        let length: Int64 = 4 << 20
+        do {
+            var file = try PartialFile(openingAt: path)
+            try file.append(ByteBuffer(bytes: Self.bytes(1_000)))
+            try file.flush()
+            let tooLittle = file.reserve(toLength: 1_000 + PartialFile.reservationMinimum - 1)
+            #expect(!tooLittle, "less than one write's worth is not reserved")
+            let reserved = file.reserve(toLength: length)
+            var status = stat()
+            #expect(stat(path, &status) == 0)
+            #expect(status.st_size == 1_000)
+            if reserved { #expect(Int64(status.st_blocks) * 512 >= length, "the blocks are the file's") }
+        }
+        var resumed = try PartialFile(openingAt: path)
+        #expect(resumed.size == 1_000)
+        try resumed.append(ByteBuffer(bytes: Self.bytes(500, from: 1_000)))
+        try resumed.flush()
+        #expect(try Self.onDisk(URL(filePath: path)) == Self.bytes(1_500))
+    }
+
+    #if os(Linux)
+    @Test func onTmpfsNothingIsReservedAsTheWritesWouldAllocateThePagesTwice() throws {
+        let mounts = (try? String(contentsOfFile: "/proc/mounts", encoding: .utf8)) ?? ""
+        guard mounts.split(separator: "\n").contains(where: { $0.hasPrefix("tmpfs /dev/shm tmpfs ") }) else { return }
+        let path = "/dev/shm/haul-reserve-\(UUID().uuidString)"
+        defer { unlink(path) }
+        let file = try PartialFile(openingAt: path)
+        let reserved = file.reserve(toLength: 4 << 20)
+        #expect(!reserved)
+        var status = stat()
+        #expect(stat(path, &status) == 0 && status.st_blocks == 0)
+    }
+    #endif
+
     @Test func startingOverEmptiesTheFileAndDropsWhatWasGathered() throws {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part")

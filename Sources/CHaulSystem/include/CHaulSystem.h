@@ -33,6 +33,12 @@ int haul_link_descriptor_through_proc(int fd, const char *path);
 /// the thread opening the descriptor is stopped; a process with one thread grows it at no such cost.
 int haul_reserve_descriptors(int count);
 
+/// Reserves the disk blocks of the file open on `fd` from `offset` for `length` bytes without changing its size
+/// (Linux's `fallocate` with FALLOC_FL_KEEP_SIZE), except on tmpfs, where reserving means allocating and zeroing the
+/// memory pages that the writes then fill again. Returns 0 when it reserved them, 1 when it left them alone (tmpfs,
+/// or not Linux), or -1 with errno set (EOPNOTSUPP when the file system cannot, ENOSPC when the disk is too full).
+int haul_reserve_space(int fd, long long offset, long long length);
+
 /// The width in columns of the terminal on `fd`, or 0 when it is not a terminal (ioctl is variadic, which Swift
 /// cannot call).
 int haul_terminal_width(int fd);

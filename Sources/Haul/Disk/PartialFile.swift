@@ -118,6 +118,22 @@ package struct PartialFile: ~Copyable {
         self.wasOpenedUnnamed = true
     }
 
+    /// Reserves the disk blocks for the rest of a file of `length` bytes, from what it holds now, without changing its
+    /// size (what it holds is still where a resumed attempt starts); best effort. Only for at least
+    /// ``reservationMinimum`` bytes more, and not on tmpfs. On ext4 the writes then go into blocks allocated in one
+    /// call instead of each page reserving its block as it is written: 1 GiB in 256 KiB writes took 0.170 → 0.100 s,
+    /// 200 files of 1 MiB 37 → 26 ms (a C loop, page cache only); 16 KiB and 64 KiB files gained nothing, and on
+    /// tmpfs, where reserving allocates and zeroes pages that the writes fill again, 2 GiB took 0.62 → 0.66 s.
+    /// - Returns: whether the blocks are reserved.
+    @discardableResult
+    package func reserve(toLength length: Int64) -> Bool {
+        guard length - self.size >= Self.reservationMinimum else { return false }
+        return haul_reserve_space(self.descriptor, self.size, length - self.size) == 0
+    }
+
+    /// The least a file must have left to receive for ``reserve(toLength:)`` to reserve it: one write's worth.
+    static let reservationMinimum = Int64(batchSize)
+
     deinit {
         close(self.descriptor)
         if self.wasOpenedUnnamed { Self.unnamedFiles.release() }

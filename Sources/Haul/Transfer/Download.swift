@@ -561,6 +561,7 @@ extension Download {
         guard file.size == offset else {
             throw HaulError(.fileSystem, "\(partPath) changed while it was being resumed")
         }
+        if let length = expectedBytes { file.reserve(toLength: length) }
         var checksumDigester = plan.checksum.map { Digester($0.algorithm) }
         var sha256Digester = plan.computesSHA256 && plan.checksum?.algorithm != .sha256 ? Digester(.sha256) : nil
         if file.size > 0, checksumDigester != nil || sha256Digester != nil {
