@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #if defined(__linux__)
 #include <linux/magic.h>
 #include <sys/vfs.h>
@@ -109,10 +110,28 @@ int haul_reserve_descriptors(int count) {
 int haul_reserve_space(int fd, long long offset, long long length) {
 #if defined(__linux__) && defined(FALLOC_FL_KEEP_SIZE)
     struct statfs system;
-    if (fstatfs(fd, &system) == 0 && system.f_type == TMPFS_MAGIC) {
+    struct stat status;
+    if (fstatfs(fd, &system) != 0 || system.f_type == TMPFS_MAGIC || fstat(fd, &status) != 0) {
         return 1;
     }
-    return fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);
+    // What the file holds past `offset` already (a reservation an earlier attempt left) needs no more room.
+    long long held = (long long)status.st_blocks * 512 - offset;
+    long long needed = length - (held > 0 ? held : 0);
+    if (needed > 0 && (unsigned long long)system.f_bavail * (unsigned long long)system.f_bsize
+            < (unsigned long long)needed) {
+        errno = ENOSPC;
+        return -1;
+    }
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length) == 0) {
+        return 0;
+    }
+    // A reservation that fails keeps the blocks it got on ext4, up to a full disk: they are given back.
+    int error = errno;
+#if defined(FALLOC_FL_PUNCH_HOLE)
+    (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);
+#endif
+    errno = error;
+    return -1;
 #else
     (void)fd;
     (void)offset;

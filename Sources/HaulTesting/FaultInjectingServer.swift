@@ -58,6 +58,9 @@ public final class FaultInjectingServer: Sendable {
         case hugeHeader(bytes: Int)
         /// Send two different `Content-Length` headers.
         case conflictingContentLength
+        /// Announce this `Content-Length`, send the resource's body, and close the connection (a file larger than
+        /// what arrives: say larger than the client's disk).
+        case announceLength(Int)
         /// Add these response headers (for example `Content-Encoding: gzip`).
         case addHeaders([String: String])
         /// Serve these bytes instead of the resource's, under the same validators and length, and close after
@@ -555,6 +558,21 @@ public final class FaultInjectingServer: Sendable {
                     promise: nil
                 )
                 self.finishResponse(context: context)
+                return
+            case .announceLength(let length):
+                var announced = HTTPHeaders()
+                announced.add(name: "Content-Length", value: String(length))
+                context.write(
+                    self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: announced))),
+                    promise: nil
+                )
+                let body = context.channel.allocator.buffer(bytes: resource.body)
+                context.writeAndFlush(self.wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+                if self.responding {
+                    self.responding = false
+                    self.state.withLockedValue { $0.inFlight -= 1 }
+                }
+                context.close(promise: nil)
                 return
             case .redirect(let code, let location):
                 self.sendText(

@@ -129,6 +129,31 @@ struct TransferControlTests {
         }
     }
 
+    @Test func aFileLargerThanTheRoomLeftOnDiskFailsBeforeItsBodyAndLeavesNothingWhileTheRestComplete() async throws {
+        let resources: [String: FaultInjectingServer.Resource] = [
+            // A petabyte announced: more than any disk this runs on has free.
+            "/huge": .init(body: Self.slowBody, faults: [.announceLength(1 << 50)]),
+            "/fine": .init(body: Self.slowBody),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                let probe = folder.appending(path: "probe").path
+                let reserves = try PartialFile(openingAt: probe).reserve(toLength: 4 << 20)
+                PartialFile.remove(probe)
+                // Where nothing is reserved (tmpfs, or a file system that cannot), the disk is not asked either.
+                guard reserves else { return }
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.download([server.url("/huge"), server.url("/fine")], into: folder)
+                }
+                let failure = try #require(report.failed.first?.error)
+                #expect(failure.code == .fileSystem)
+                #expect(failure.message.contains("Not enough room"), "\(failure.message)")
+                #expect(report.completed.count == 1)
+                #expect(names(in: folder) == ["fine"], "nothing of the huge file is left")
+            }
+        }
+    }
+
     @Test func cancellingTheRestFromInsideTheProgressLoopStopsTheBatch() async throws {
         var resources: [String: FaultInjectingServer.Resource] = [:]
         resources["/quick"] = .init(body: [1, 2, 3])

@@ -252,9 +252,9 @@ struct PartialFileTests {
             var file = try PartialFile(openingAt: path)
             try file.append(ByteBuffer(bytes: Self.bytes(1_000)))
             try file.flush()
-            let tooLittle = file.reserve(toLength: 1_000 + PartialFile.reservationMinimum - 1)
+            let tooLittle = try file.reserve(toLength: 1_000 + PartialFile.reservationMinimum - 1)
             #expect(!tooLittle, "less than one write's worth is not reserved")
-            let reserved = file.reserve(toLength: length)
+            let reserved = try file.reserve(toLength: length)
             var status = stat()
             #expect(stat(path, &status) == 0)
             #expect(status.st_size == 1_000)
@@ -267,6 +267,19 @@ struct PartialFileTests {
         #expect(try Self.onDisk(URL(filePath: path)) == Self.bytes(1_500))
     }
 
+    @Test func aFileLargerThanTheRoomLeftIsRefusedAndHoldsNoBlockAfterwards() throws {
+        let folder = try Folder()
+        let path = folder.url.appending(path: "f.part").path
+        let file = try PartialFile(openingAt: path)
+        // Where nothing is reserved (tmpfs, or a file system that cannot), nothing is refused either.
+        guard try file.reserve(toLength: 4 << 20) else { return }
+        #expect(throws: HaulError.self) { try file.reserve(toLength: 1 << 50) }
+        var status = stat()
+        #expect(stat(path, &status) == 0)
+        #expect(status.st_size == 0)
+        #expect(Int64(status.st_blocks) * 512 <= 4 << 20 + 65_536, "no more than the first reservation")
+    }
+
     #if os(Linux)
     @Test func onTmpfsNothingIsReservedAsTheWritesWouldAllocateThePagesTwice() throws {
         let mounts = (try? String(contentsOfFile: "/proc/mounts", encoding: .utf8)) ?? ""
@@ -274,7 +287,7 @@ struct PartialFileTests {
         let path = "/dev/shm/haul-reserve-\(UUID().uuidString)"
         defer { unlink(path) }
         let file = try PartialFile(openingAt: path)
-        let reserved = file.reserve(toLength: 4 << 20)
+        let reserved = try file.reserve(toLength: 4 << 20)
         #expect(!reserved)
         var status = stat()
         #expect(stat(path, &status) == 0 && status.st_blocks == 0)

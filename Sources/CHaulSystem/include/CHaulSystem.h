@@ -35,8 +35,10 @@ int haul_reserve_descriptors(int count);
 
 /// Reserves the disk blocks of the file open on `fd` from `offset` for `length` bytes without changing its size
 /// (Linux's `fallocate` with FALLOC_FL_KEEP_SIZE), except on tmpfs, where reserving means allocating and zeroing the
-/// memory pages that the writes then fill again. Returns 0 when it reserved them, 1 when it left them alone (tmpfs,
-/// or not Linux), or -1 with errno set (EOPNOTSUPP when the file system cannot, ENOSPC when the disk is too full).
+/// memory pages that the writes then fill again. Asks for nothing when the file system has less room free than the
+/// file still needs, and gives back what a failed reservation got (ext4 keeps it: a file larger than the free space
+/// filled the disk). Returns 0 when it reserved them, 1 when it left them alone (tmpfs, or not Linux), or -1 with
+/// errno set (ENOSPC or EDQUOT when there is not room enough, EOPNOTSUPP when the file system cannot reserve).
 int haul_reserve_space(int fd, long long offset, long long length);
 
 /// The width in columns of the terminal on `fd`, or 0 when it is not a terminal (ioctl is variadic, which Swift

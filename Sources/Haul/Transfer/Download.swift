@@ -561,7 +561,15 @@ extension Download {
         guard file.size == offset else {
             throw HaulError(.fileSystem, "\(partPath) changed while it was being resumed")
         }
-        if let length = expectedBytes { file.reserve(toLength: length) }
+        if let length = expectedBytes {
+            do throws(HaulError) {
+                try file.reserve(toLength: length)
+            } catch {
+                // A new file that cannot fit leaves nothing behind; a resumed one keeps its bytes for a later try.
+                if offset == 0 { file.discard() }
+                throw error
+            }
+        }
         var checksumDigester = plan.checksum.map { Digester($0.algorithm) }
         var sha256Digester = plan.computesSHA256 && plan.checksum?.algorithm != .sha256 ? Digester(.sha256) : nil
         if file.size > 0, checksumDigester != nil || sha256Digester != nil {
