@@ -564,7 +564,7 @@ extension TransferManager: Download.Observer {
         byteCount: Int64,
         sha256: String?,
         modificationTime: Double?,
-        then recorded: @escaping @Sendable (Bool) -> Void
+        then recorded: @escaping @Sendable () -> Void
     ) {
         // Written before `recorded` is called, outside the lock, with everything queued before it: the record must be
         // in the database before the rename, or a process killed right after the rename would download the file
@@ -572,7 +572,8 @@ extension TransferManager: Download.Observer {
         // commit, on this event loop (the thread the transfer ran on).
         // It waits for others to share its commit only while other transfers are still on the network: the last
         // files of a batch have no one to wait for.
-        guard let storeWriter = self.storeWriter else { return recorded(false) }
+        // Without a store (never asked then: ``recordsPublications``) there is nothing to wait for.
+        guard let storeWriter = self.storeWriter else { return recorded() }
         // Slots in use, not running transfers: those count the transfers publishing, this one among them.
         let othersOnNetwork = self.core.withLockedValue { $0.scheduler.slotsInUse > 0 }
         let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? self.transport.client.eventLoopGroup.any()
@@ -580,7 +581,7 @@ extension TransferManager: Download.Observer {
             adding: .publishing(id, finalPath: path, size: byteCount, sha256: sha256, modified: modificationTime),
             lingering: othersOnNetwork
         ) {
-            loop.execute { recorded(true) }
+            loop.execute { recorded() }
         }
     }
 

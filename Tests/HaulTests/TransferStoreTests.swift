@@ -4,6 +4,15 @@ import Testing
 
 @testable import Haul
 
+extension StoreWriter {
+    /// ``flush(adding:lingering:then:)``, suspending until the record is written.
+    func flushAndWait(adding last: StoreOperation, lingering: Bool = true) async {
+        await withCheckedContinuation { continuation in
+            self.flush(adding: last, lingering: lingering) { continuation.resume() }
+        }
+    }
+}
+
 @Suite("The store")
 struct TransferStoreTests {
     func row(_ id: String, state: TransferState = .waiting) -> TransferRow {

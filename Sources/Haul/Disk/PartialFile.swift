@@ -119,11 +119,12 @@ package struct PartialFile: ~Copyable {
     }
 
     /// Reserves the disk blocks for the rest of a file of `length` bytes, from what it holds now, without changing its
-    /// size (what it holds is still where a resumed attempt starts); best effort. Only for at least
-    /// ``reservationMinimum`` bytes more, and not on tmpfs. On ext4 the writes then go into blocks allocated in one
-    /// call instead of each page reserving its block as it is written: 1 GiB in 256 KiB writes took 0.170 → 0.100 s,
-    /// 200 files of 1 MiB 37 → 26 ms (a C loop, page cache only); 16 KiB and 64 KiB files gained nothing, and on
-    /// tmpfs, where reserving allocates and zeroes pages that the writes fill again, 2 GiB took 0.62 → 0.66 s.
+    /// size (what it holds is still where a resumed attempt starts); best effort, save a lack of room (below). Only
+    /// for at least ``reservationMinimum`` bytes more, and not on tmpfs. On ext4 the writes then go into blocks
+    /// allocated in one call instead of each page reserving its block as it is written: 1 GiB in 256 KiB writes took
+    /// 0.170 → 0.100 s, 200 files of 1 MiB 37 → 26 ms (a C loop, page cache only); 16 KiB and 64 KiB files gained
+    /// nothing, and on tmpfs, where reserving allocates and zeroes pages that the writes fill again, 2 GiB took 0.62 →
+    /// 0.66 s.
     ///
     /// A file larger than the room left on its file system fails here, before its body is received, rather than
     /// after it has filled the disk.

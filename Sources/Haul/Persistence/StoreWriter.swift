@@ -131,19 +131,11 @@ package final class StoreWriter: Sendable {
         self.submit(adding: [], timing: .withOthers, then: { _ in }) { _ in }
     }
 
-    /// Writes what is queued now and then `last`, in one transaction, suspending (not blocking) until it is written.
-    /// When `lingering` and no transaction is under way, the transaction starts after ``linger``, so that the
-    /// records of files that finish together share it (the publishing records, one per file). Without `lingering`
-    /// (the last files of a batch, with no one to wait for) it starts at once, cutting short a wait under way: the
-    /// records waiting there go with it.
-    func flushAndWait(adding last: StoreOperation, lingering: Bool = true) async {
-        await withCheckedContinuation { continuation in
-            self.flush(adding: last, lingering: lingering) { continuation.resume() }
-        }
-    }
-
-    /// Writes what is queued now and then `last`, in one transaction, as ``flushAndWait(adding:lingering:)`` does,
-    /// and calls `written` once it is written (on the database's writer queue: `written` must be quick).
+    /// Writes what is queued now and then `last`, in one transaction, and calls `written` once it is written (on the
+    /// database's writer queue: `written` must be quick); nothing waits or blocks meanwhile. When `lingering` and no
+    /// transaction is under way, the transaction starts after ``linger``, so that the records of files that finish
+    /// together share it (the publishing records, one per file). Without `lingering` (the last files of a batch, with
+    /// no one to wait for) it starts at once, cutting short a wait under way: the records waiting there go with it.
     func flush(adding last: StoreOperation, lingering: Bool = true, then written: @escaping @Sendable () -> Void) {
         let timing = lingering ? Timing.afterLinger(self.linger) : .promptly
         self.submit(adding: [last], timing: timing, then: { _ in }) { _ in written() }

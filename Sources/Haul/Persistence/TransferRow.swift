@@ -333,7 +333,7 @@ package enum StoreOperation: Sendable {
         _ db: Database,
         owner: String
     ) throws -> [TransferID] {
-        if operations.contains(where: { if case .reopen = $0 { true } else { false } }) {
+        if operations.contains(where: { !$0.isInsert }) {
             // Each reopening before the inserts, then the inserts in bulk: a reopening concerns its own transfer's
             // row only, and comes before that row's insert either way.
             for operation in operations where !operation.isInsert { try operation.apply(db, owner: owner) }

@@ -167,20 +167,20 @@ extension Download {
         /// Whether finished files are recorded (``willPublish(_:at:byteCount:sha256:modificationTime:then:)``)
         /// before they are renamed: whether there is a store.
         var recordsPublications: Bool { get }
-        /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded
-        /// (with `true`), or at once with `false` when there is nowhere to record it. Nothing waits meanwhile.
+        /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded.
+        /// Nothing waits meanwhile. Asked only when ``recordsPublications``.
         func willPublish(
             _ id: TransferID,
             at path: String,
             byteCount: Int64,
             sha256: String?,
             modificationTime: Double?,
-            then recorded: @escaping @Sendable (Bool) -> Void
+            then recorded: @escaping @Sendable () -> Void
         )
     }
 
-    /// How an attempt's task ends: with the attempt's outcome, or with a file ready to publish (``publish(_:observer:completion:)``),
-    /// which goes on without the task.
+    /// How an attempt's task ends: with the attempt's outcome, or with a file ready to publish, which goes on without
+    /// the task (``publish(_:observer:isStopped:completion:)``).
     enum Ending: Sendable {
         case outcome(AttemptOutcome)
         case publication(Publication)
@@ -191,13 +191,13 @@ extension Download {
     /// grew (about 30 KB of async frames, held until the task ends), and a list of small files had over a thousand
     /// files waiting for a commit at once.
     struct Publication: Sendable {
-        var plan: Plan
+        let plan: Plan
         /// The open file (or its `.part` name), owned by the publication from now on.
-        var writer: BodyWriter
-        var byteCount: Int64
-        var sha256: String?
+        let writer: BodyWriter
+        let byteCount: Int64
+        let sha256: String?
         /// The file's modification time, when read from the open file.
-        var modified: Double?
+        let modified: Double?
     }
 
     /// Runs one attempt until it ends or has a file to publish; never throws.
@@ -625,11 +625,11 @@ extension Download {
     /// outcome (after the writer is closed): at once when there is no store, else on an event loop once the store
     /// has committed the record. No task waits for the commit (see ``Publication``).
     ///
-    /// The exact final path is chosen first and reported (``Observer/willPublish(_:at:byteCount:sha256:modificationTime:then:)``,
-    /// which records it in the store) before the rename, which never replaces a file unless the policy is overwrite.
-    /// If another file takes the name in between, the next name is chosen and reported. A failure leaves what arrived
-    /// under the `.part` name, as a failed attempt does, and is `stopped` once `isStopped` says the attempt was asked
-    /// to stop.
+    /// The exact final path is chosen first and reported
+    /// (``Observer/willPublish(_:at:byteCount:sha256:modificationTime:then:)``, which records it in the store) before
+    /// the rename, which never replaces a file unless the policy is overwrite. If another file takes the name in
+    /// between, the next name is chosen and reported. A failure leaves what arrived under the `.part` name, as a failed
+    /// attempt does, and is `stopped` once `isStopped` says the attempt was asked to stop.
     static func publish(
         _ publication: Publication,
         observer: some Observer,
@@ -678,7 +678,7 @@ extension Download {
             if self.plan.conflictPolicy == .overwrite {
                 let target = self.path(self.name)
                 guard self.observer.recordsPublications else { return self.replace(at: target, recorded: false) }
-                self.record(target) { recorded in self.replace(at: target, recorded: recorded) }
+                self.record(target) { self.replace(at: target, recorded: true) }
                 return
             }
             self.tryName(from: 0)
@@ -706,8 +706,8 @@ extension Download {
                     if self.rename(to: target, named: candidate, recorded: false) { continue }
                     return
                 }
-                self.record(target) { recorded in
-                    if self.rename(to: target, named: candidate, recorded: recorded) { self.tryName(from: next) }
+                self.record(target) {
+                    if self.rename(to: target, named: candidate, recorded: true) { self.tryName(from: next) }
                 }
                 return
             }
@@ -742,7 +742,7 @@ extension Download {
             }
         }
 
-        private func record(_ target: String, then body: @escaping @Sendable (Bool) -> Void) {
+        private func record(_ target: String, then body: @escaping @Sendable () -> Void) {
             self.observer.willPublish(
                 self.plan.id,
                 at: target,
