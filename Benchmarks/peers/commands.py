@@ -9,7 +9,9 @@ made afresh before every run) and that folder as its working directory. Each rou
 that with as many rounds as commands every command runs once in every place. Before each run, PREFAULT MiB (default
 256) of memory are touched and freed, as compare.py does (see its docstring: on this kind of virtual machine the run
 that first touches memory pays for it). Prints, per command, the median wall time of the whole process (start-up
-included), user and system CPU and context switches (`getrusage` of the children).
+included), user and system CPU and context switches (`getrusage` of the children); then, with four rounds or more, each
+command's wall time divided by the first command's in the same round (median and quartiles): the steadier figure on
+this shared machine, so put the reference (a build without the change, or `--no-state`) first.
 
 On tmpfs (the default folder) file creation costs the same for every tool, so the tools' own differences show; on ext4,
 pass --out on that disk, and mind that deleting thousands of files slows the next thousands' creation for minutes
@@ -108,6 +110,22 @@ def run(options, nginx) -> None:
     for name, _ in commands:
         wall, user, system, switches = (statistics.median(s[k] for s in samples[name]) for k in range(4))
         print(f"{name:<24} {wall * 1000:9.1f} {user * 1000:9.1f} {system * 1000:9.1f} {switches:9.0f}")
+    print_ratios(commands, samples)
+
+
+def print_ratios(commands, samples) -> None:
+    """Each command's wall time divided by the first command's in the same round: the median and quartiles of those
+    ratios. A slow stretch of the machine moves every command of its round alike, so these hold still where the medians
+    of the times do not (the same build's 12-round medians ranged from 159 to 180 ms in one afternoon here)."""
+    first = commands[0][0]
+    rounds = len(samples[first])
+    if len(commands) < 2 or rounds < 4:
+        return
+    print(f"{'wall time / ' + first:<24} {'median':>9} {'q1':>9} {'q3':>9}  (per round)")
+    for name, _ in commands[1:]:
+        ratios = [samples[name][r][0] / samples[first][r][0] for r in range(rounds)]
+        q1, _, q3 = statistics.quantiles(ratios, n=4)
+        print(f"{name:<24} {statistics.median(ratios):9.3f} {q1:9.3f} {q3:9.3f}")
 
 
 if __name__ == "__main__":
