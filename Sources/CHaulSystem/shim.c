@@ -156,7 +156,7 @@ int haul_sqlite_disable_memory_statistics(void) {
     return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
-int haul_sqlite_create_unsynced(const char *path) {
+int haul_sqlite_create_unsynced(const char *path, const char *schema) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         return SQLITE_CANTOPEN;
@@ -171,10 +171,11 @@ int haul_sqlite_create_unsynced(const char *path) {
         code = sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
     }
     if (code == SQLITE_OK) {
-        code = sqlite3_exec(db,
-                            "PRAGMA synchronous = OFF; PRAGMA journal_mode = WAL; "
-                            "CREATE TABLE haul_created (x); DROP TABLE haul_created;",
-                            NULL, NULL, NULL);
+        code = sqlite3_exec(db, "PRAGMA synchronous = OFF; PRAGMA journal_mode = WAL;", NULL, NULL, NULL);
+    }
+    if (code == SQLITE_OK) {
+        // A statement of `schema` that fails leaves its transaction open: closing rolls it back.
+        code = sqlite3_exec(db, schema, NULL, NULL, NULL);
     }
     sqlite3_close(db);
     return code;

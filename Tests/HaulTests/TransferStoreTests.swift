@@ -370,6 +370,28 @@ struct TransferStoreTests {
         #expect(synchronous == 1, "NORMAL on the store's own connection")
     }
 
+    @Test func aNewStoreIsCreatedWithTheSchemaItsMigrationsMakeAndEachOfThemRecordedAsApplied() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appending(path: "state.sqlite")
+        #expect(TransferStore.createUnsynced(path.path))
+        // Before GRDB's migrator has seen it: the file records the migrations as GRDB does (an older version of Haul,
+        // which registers the same four, finds nothing to do either).
+        let created = try DatabaseQueue(path: path.path)
+        let recorded = try created.read { try TransferStore.migrator.appliedIdentifiers($0) }
+        #expect(recorded == Set(TransferStore.migrations.map(\.identifier)))
+        try created.close()
+
+        let schema = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+        let store = try TransferStore(path: path)
+        let made = try store.database.read { try Row.fetchAll($0, sql: schema) }
+        let migrated = try TransferStore().database.read { try Row.fetchAll($0, sql: schema) }
+        #expect(made == migrated, "the same tables, columns and indexes, to the letter, as migrated one by one")
+        #expect(made.count >= 8)
+        #expect(try store.batches().isEmpty)
+    }
+
     @Test func theDigestsOfItsIdentifiersKnowEveryStoredTransferAndNoOther() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()

@@ -29,8 +29,8 @@ public final class TransferStore: Sendable {
         let isNew = !FileManager.default.fileExists(atPath: path.path)
         self.createdEmpty = NIOLockedValueBox(isNew)
         if isNew {
-            // Best effort: when it fails (another process created the file first), the pool below opens or creates
-            // the database as usual.
+            // Best effort: when it fails (another process created the file first, or is migrating it), the pool below
+            // opens or creates the database, and migrates it, as usual.
             _ = Self.createUnsynced(path.path)
         }
         var configuration = Configuration()
@@ -59,10 +59,91 @@ public final class TransferStore: Sendable {
     /// 200 × 1 MiB after other runs). Without them, a power loss in the store's first milliseconds can leave a file
     /// that is not a database, and nothing else: it holds nothing yet. A killed process loses nothing (the data is
     /// in the operating system's hands).
+    ///
+    /// The file is made with its schema (``createdSchema``), in the transaction that puts its log in place: GRDB's
+    /// migrator then finds every migration applied. Migrated one by one, as before, each migration took a transaction
+    /// and GRDB's foreign-key checks, and each `ALTER TABLE` had SQLite read the whole schema again: a one-file
+    /// `haul get` with a new store took 25.2 ms, now 21.8 (19.3 without a store; median of 6 × 30 runs, tmpfs).
     /// - Returns: whether it created the file (`false` when it exists already, or SQLite failed).
     static func createUnsynced(_ path: String) -> Bool {
-        haul_sqlite_create_unsynced(path) == SQLITE_OK
+        haul_sqlite_create_unsynced(path, Self.createdSchema) == SQLITE_OK
     }
+
+    /// The schema's migrations, in order, as named migrations of SQL text: a released migration never changes, new
+    /// needs get new migrations (appended here).
+    static let migrations: [(identifier: String, sql: String)] = [
+        (
+            "v1: batches and transfers",
+            """
+            CREATE TABLE batch (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                createdAt DOUBLE NOT NULL
+            );
+            CREATE TABLE transfer (
+                id TEXT PRIMARY KEY NOT NULL,
+                url TEXT NOT NULL,
+                destinationKind TEXT NOT NULL,
+                destinationPath TEXT NOT NULL,
+                folder TEXT NOT NULL,
+                nameComponents TEXT NOT NULL,
+                usesContentDisposition BOOLEAN NOT NULL,
+                conflictPolicy TEXT NOT NULL,
+                headers TEXT NOT NULL,
+                checksum TEXT,
+                expectedSize INTEGER,
+                computesSHA256 BOOLEAN NOT NULL,
+                state TEXT NOT NULL,
+                bytesOnDisk INTEGER NOT NULL DEFAULT 0,
+                totalSize INTEGER,
+                etag TEXT,
+                lastModified TEXT,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                finalPath TEXT,
+                finalSize INTEGER,
+                finalModified DOUBLE,
+                sha256 TEXT,
+                errorCode TEXT,
+                errorMessage TEXT,
+                httpStatus INTEGER,
+                updatedAt DOUBLE NOT NULL
+            );
+            CREATE TABLE batchItem (
+                batchID INTEGER NOT NULL REFERENCES batch(id) ON DELETE CASCADE,
+                position INTEGER NOT NULL,
+                transferID TEXT NOT NULL REFERENCES transfer(id),
+                PRIMARY KEY (batchID, position)
+            );
+            CREATE INDEX batchItemTransfer ON batchItem(transferID);
+            """
+        ),
+        (
+            "v2: leases",
+            """
+            ALTER TABLE transfer ADD COLUMN leaseOwner TEXT;
+            ALTER TABLE transfer ADD COLUMN leaseExpires DOUBLE;
+            """
+        ),
+        // JSON: {"kind":"download"}, or an upload's source and method, or a deletion's options.
+        (
+            "v3: uploads and deletions",
+            #"ALTER TABLE transfer ADD COLUMN operation TEXT NOT NULL DEFAULT '{"kind":"download"}'"#
+        ),
+        // 0 while items may still be added (a batch fed from a stream); a process that stopped before the end of its
+        // list leaves it 0, so the store knows it holds only part of that batch.
+        ("v4: open batches", "ALTER TABLE batch ADD COLUMN listComplete INTEGER NOT NULL DEFAULT 1"),
+    ]
+
+    /// A new store's schema in one transaction: every migration's SQL, in order (so SQLite writes the same schema as
+    /// the migrator would), and GRDB's table of applied migrations with each of them in it, as GRDB records them.
+    static let createdSchema: String = {
+        let names = TransferStore.migrations.map {
+            "('" + $0.identifier.replacingOccurrences(of: "'", with: "''") + "')"
+        }
+        return "BEGIN IMMEDIATE;\n" + TransferStore.migrations.map { $0.sql + ";\n" }.joined()
+            + "CREATE TABLE IF NOT EXISTS grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);\n"
+            + "INSERT INTO grdb_migrations (identifier) VALUES " + names.joined(separator: ", ") + ";\n"
+            + "COMMIT;"
+    }()
 
     /// How long opening a store waits at most for another process creating or migrating the same one.
     static let openingPatience: Duration = .seconds(5)
@@ -111,72 +192,11 @@ public final class TransferStore: Sendable {
         try Self.migrator.migrate(self.database)
     }
 
-    /// The schema, as named migrations. A released migration never changes: new needs get new migrations.
+    /// The schema, as GRDB's named migrations of ``migrations``.
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1: batches and transfers") { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE batch (
-                        id INTEGER PRIMARY KEY AUTOINCREMENT,
-                        createdAt DOUBLE NOT NULL
-                    );
-                    CREATE TABLE transfer (
-                        id TEXT PRIMARY KEY NOT NULL,
-                        url TEXT NOT NULL,
-                        destinationKind TEXT NOT NULL,
-                        destinationPath TEXT NOT NULL,
-                        folder TEXT NOT NULL,
-                        nameComponents TEXT NOT NULL,
-                        usesContentDisposition BOOLEAN NOT NULL,
-                        conflictPolicy TEXT NOT NULL,
-                        headers TEXT NOT NULL,
-                        checksum TEXT,
-                        expectedSize INTEGER,
-                        computesSHA256 BOOLEAN NOT NULL,
-                        state TEXT NOT NULL,
-                        bytesOnDisk INTEGER NOT NULL DEFAULT 0,
-                        totalSize INTEGER,
-                        etag TEXT,
-                        lastModified TEXT,
-                        attempts INTEGER NOT NULL DEFAULT 0,
-                        finalPath TEXT,
-                        finalSize INTEGER,
-                        finalModified DOUBLE,
-                        sha256 TEXT,
-                        errorCode TEXT,
-                        errorMessage TEXT,
-                        httpStatus INTEGER,
-                        updatedAt DOUBLE NOT NULL
-                    );
-                    CREATE TABLE batchItem (
-                        batchID INTEGER NOT NULL REFERENCES batch(id) ON DELETE CASCADE,
-                        position INTEGER NOT NULL,
-                        transferID TEXT NOT NULL REFERENCES transfer(id),
-                        PRIMARY KEY (batchID, position)
-                    );
-                    CREATE INDEX batchItemTransfer ON batchItem(transferID);
-                    """
-            )
-        }
-        migrator.registerMigration("v2: leases") { db in
-            try db.execute(
-                sql: """
-                    ALTER TABLE transfer ADD COLUMN leaseOwner TEXT;
-                    ALTER TABLE transfer ADD COLUMN leaseExpires DOUBLE;
-                    """
-            )
-        }
-        migrator.registerMigration("v3: uploads and deletions") { db in
-            // JSON: {"kind":"download"}, or an upload's source and method, or a deletion's options.
-            try db.execute(
-                sql: #"ALTER TABLE transfer ADD COLUMN operation TEXT NOT NULL DEFAULT '{"kind":"download"}'"#
-            )
-        }
-        migrator.registerMigration("v4: open batches") { db in
-            // 0 while items may still be added (a batch fed from a stream); a process that stopped before the end of
-            // its list leaves it 0, so the store knows it holds only part of that batch.
-            try db.execute(sql: "ALTER TABLE batch ADD COLUMN listComplete INTEGER NOT NULL DEFAULT 1")
+        for (identifier, sql) in Self.migrations {
+            migrator.registerMigration(identifier) { db in try db.execute(sql: sql) }
         }
         return migrator
     }
