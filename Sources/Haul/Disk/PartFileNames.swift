@@ -74,7 +74,9 @@ final class PartFileNames: Sendable {
     }
 
     private static func split(_ path: String) -> (folder: String, name: String) {
-        guard let slash = path.lastIndex(of: "/") else { return (".", path) }
+        // Found as a byte: searching the characters broke the whole path into graphemes (half a percent of the event
+        // loops' CPU on 2,000 small files, where each file's path is split up to three times).
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return (".", path) }
         let folder = slash == path.startIndex ? "/" : String(path[..<slash])
         return (folder, String(path[path.index(after: slash)...]))
     }

@@ -159,7 +159,9 @@ final class ConnectionPool: Sendable {
         var fields = HTTPHeaders()
         fields.reserveCapacity(headers.count + 1)
         if !headers.contains(where: { $0.name.lowercased() == "host" }) {
-            let host = origin.host.contains(":") ? "[\(origin.host)]" : origin.host
+            // A byte search: `contains(":")` resolved to Foundation's, which bridged the host to `NSString` on every
+            // request (1 % of the event loops' CPU on 2,000 small files).
+            let host = origin.host.utf8.contains(UInt8(ascii: ":")) ? "[\(origin.host)]" : origin.host
             fields.add(name: "Host", value: origin.port == 80 ? host : "\(host):\(origin.port)")
         }
         for (name, value) in headers { fields.add(name: name, value: value) }

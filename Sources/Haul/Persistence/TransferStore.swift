@@ -136,8 +136,10 @@ public final class TransferStore: Sendable {
     /// A new store's schema in one transaction: every migration's SQL, in order (so SQLite writes the same schema as
     /// the migrator would), and GRDB's table of applied migrations with each of them in it, as GRDB records them.
     static let createdSchema: String = {
-        let names = TransferStore.migrations.map {
-            "('" + $0.identifier.replacingOccurrences(of: "'", with: "''") + "')"
+        // Quotes doubled character by character: Foundation's `replacingOccurrences` bridged each name to `NSString`
+        // (about 0.3 ms of the first store a process opens).
+        let names = TransferStore.migrations.map { migration in
+            "('" + migration.identifier.map { $0 == "'" ? "''" : String($0) }.joined() + "')"
         }
         return "BEGIN IMMEDIATE;\n" + TransferStore.migrations.map { $0.sql + ";\n" }.joined()
             + "CREATE TABLE IF NOT EXISTS grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);\n"
