@@ -170,7 +170,7 @@ public final class TransferManager: Sendable {
     /// A download with a file to publish hands it over and its task ends: the publishing goes on from the store's
     /// commit (``Download/publish(_:observer:isStopped:completion:)``), and counts as the transfer's task until its
     /// outcome is in.
-    private func runTransfer(_ id: TransferID, signal: StopSignal) async {
+    nonisolated(nonsending) private func runTransfer(_ id: TransferID, signal: StopSignal) async {
         defer { signal.taskEnded() }
         guard let plan = self.core.withLockedValue({ $0.plan(for: id) }) else {
             self.withCore { $0.transferTaskEnded(aftermath: &$1) }
@@ -209,7 +209,7 @@ public final class TransferManager: Sendable {
 
     /// With a store, claims the transfer's lease first (another process may hold it, or have completed the file);
     /// then runs the attempt.
-    private func claimAndRun(_ plan: Download.Plan) async -> Download.Ending {
+    nonisolated(nonsending) private func claimAndRun(_ plan: Download.Plan) async -> Download.Ending {
         switch await self.storeWriter?.claim(plan.id) ?? .claimed {
         case .claimed:
             break

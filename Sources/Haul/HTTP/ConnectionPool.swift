@@ -110,7 +110,10 @@ final class ConnectionPool: Sendable {
     /// Sends a GET of `url` with `headers` (and a `Host` header, unless they have one), and returns once the
     /// response's head has arrived; the body goes to a ``BodyWriter`` on the connection's event loop. Cancelling the
     /// task cancels the request.
-    func start(_ url: URL, headers: [(name: String, value: String)]) async throws -> ResponseStream.Started {
+    nonisolated(nonsending) func start(
+        _ url: URL,
+        headers: [(name: String, value: String)]
+    ) async throws -> ResponseStream.Started {
         let origin = Origin(url)
         let request = Self.requestHead(url, origin: origin, headers: headers)
         let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? self.group.next()
@@ -184,7 +187,7 @@ final class ConnectionPool: Sendable {
 
     /// A new connection to `origin` on `loop`. Cancelling the task ends the wait (a connection made after that
     /// closes).
-    private func connect(_ origin: Origin, on loop: any EventLoop) async throws -> any Channel {
+    nonisolated(nonsending) private func connect(_ origin: Origin, on loop: any EventLoop) async throws -> any Channel {
         let readSize = self.readSize
         let idleTimeout = self.idleTimeout
         // Never nil where the pool is available (``isAvailable``): `loop` is one of its group's.

@@ -91,7 +91,10 @@ struct HTTPTransport: Sendable {
     /// Sends a GET, follows redirects, and returns the final response once its head has arrived; its body goes to
     /// a ``BodyWriter`` on the connection's event loop (``ResponseStream``). Plain http goes through Haul's own
     /// connections (``ConnectionPool``), https through AsyncHTTPClient.
-    func stream(_ url: URL, headers: [(name: String, value: String)]) async throws -> ResponseStream.Started {
+    nonisolated(nonsending) func stream(
+        _ url: URL,
+        headers: [(name: String, value: String)]
+    ) async throws -> ResponseStream.Started {
         try await self.following(.GET, url, headers: headers) { current, headers in
             // The client's request, for what Haul's own connections do not take.
             let request =
@@ -155,11 +158,14 @@ struct HTTPTransport: Sendable {
     /// The redirect loop of ``send(_:_:headers:body:)`` and ``stream(_:headers:)``: `exchange` sends one request and
     /// returns its response once the head has arrived, with its status and `Location`; `leaving` ends a redirect's
     /// response that is not returned.
-    private func following<Response>(
+    nonisolated(nonsending) private func following<Response>(
         _ method: HTTPMethod,
         _ url: URL,
         headers: [(name: String, value: String)],
-        exchange: (URL, [(name: String, value: String)]) async throws -> (Response, status: UInt, location: String?),
+        exchange:
+            nonisolated(nonsending) (URL, [(name: String, value: String)]) async throws -> (
+                Response, status: UInt, location: String?
+            ),
         leaving: (Response) -> Void
     ) async throws -> Response {
         try Self.checkScheme(of: url, redirected: false)

@@ -143,7 +143,7 @@ package final class StoreWriter: Sendable {
 
     /// Claims a transfer before its request, writing what is queued up to the transfer's row first (the rest waits
     /// for the next transaction); suspends, never blocks, while the database works.
-    func claim(_ id: TransferID) async -> TransferStore.Claim {
+    nonisolated(nonsending) func claim(_ id: TransferID) async -> TransferStore.Claim {
         // Leased when its row was inserted, and nothing gave the lease up since: no transaction to wait for.
         let leased = self.state.withLockedValue { state in
             state.leasedAtInsert.removeValue(forKey: id).map { $0 > Date().timeIntervalSince1970 } ?? false

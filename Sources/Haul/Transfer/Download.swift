@@ -79,7 +79,7 @@ extension Download {
         var attempt: Int
 
         /// The URL and headers for this attempt: the caller's request provider's, when there is one.
-        func preparedRequest() async -> (url: URL, headers: [(name: String, value: String)]) {
+        nonisolated(nonsending) func preparedRequest() async -> (url: URL, headers: [(name: String, value: String)]) {
             guard let prepare = self.hooks.prepareRequest else { return (self.url, self.headers) }
             let prepared = await prepare(self.id, self.attempt, self.url, self.headers)
             return (prepared.url, prepared.headers)
@@ -99,7 +99,7 @@ extension Download {
         }
 
         /// Waits as long as the bandwidth limits ask before `bytes` more may move.
-        func throttle(_ bytes: Int) async throws {
+        nonisolated(nonsending) func throttle(_ bytes: Int) async throws {
             let delay = self.bandwidthDelay(for: bytes)
             if delay > .zero { try await Task.sleep(for: delay) }
         }
@@ -201,7 +201,11 @@ extension Download {
     }
 
     /// Runs one attempt until it ends or has a file to publish; never throws.
-    static func run(_ plan: Plan, transport: HTTPTransport, observer: some Observer) async -> Ending {
+    nonisolated(nonsending) static func run(
+        _ plan: Plan,
+        transport: HTTPTransport,
+        observer: some Observer
+    ) async -> Ending {
         do {
             return try await self.attempt(plan, transport: transport, observer: observer, mayRestart: true)
         } catch {
@@ -226,7 +230,7 @@ extension Download {
         return .failed(error as? HaulError ?? HaulError(.connectionFailed, "\(error)", underlying: error))
     }
 
-    private static func attempt(
+    nonisolated(nonsending) private static func attempt(
         _ plan: Plan,
         transport: HTTPTransport,
         observer: some Observer,
@@ -344,7 +348,7 @@ extension Download {
     }
 
     /// Receives the body into `writer`, checks the file, and publishes it.
-    private static func finish(
+    nonisolated(nonsending) private static func finish(
         _ plan: Plan,
         response: ResponseStream.Started,
         writer: BodyWriter,
