@@ -16,6 +16,15 @@ struct ReadSizeTests {
         #expect(HTTPTransport.maximumReadSize(concurrency: 256) == 128 * 1024)
     }
 
+    @Test func givesHaulsOwnConnectionsAQuarterOfThat() {
+        let limit = ConnectionPool.readSizeLimit
+        #expect(limit == 256 * 1024)
+        #expect(HTTPTransport.maximumReadSize(concurrency: 16, limit: limit) == 256 * 1024)
+        #expect(HTTPTransport.maximumReadSize(concurrency: 128, limit: limit) == 256 * 1024)
+        #expect(HTTPTransport.maximumReadSize(concurrency: 256, limit: limit) == 128 * 1024)
+        #expect(HTTPTransport.maximumReadSize(concurrency: 1024, limit: limit) == 64 * 1024)
+    }
+
     @Test func neverGoesBelowSwiftNIOsDefaultRead() {
         #expect(HTTPTransport.maximumReadSize(concurrency: 1024) == 64 * 1024)
         #expect(HTTPTransport.maximumReadSize(concurrency: 1_000_000) == 64 * 1024)

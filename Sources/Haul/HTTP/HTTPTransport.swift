@@ -69,20 +69,20 @@ struct HTTPTransport: Sendable {
         try await self.client.shutdown()
     }
 
-    /// The most bytes a connection reads from its socket at once: 1 MiB, or a share of a 32 MiB budget over the
-    /// transfers that may run at once when that is smaller (a power of two, at least 64 KiB, SwiftNIO's default).
-    /// A connection's reads grow towards it only while each read fills its buffer, so slow or small bodies keep
-    /// small buffers.
+    /// The most bytes a connection reads from its socket at once: `limit` (1 MiB for AsyncHTTPClient's connections,
+    /// ``ConnectionPool/readSizeLimit`` for Haul's own), or a share of a 32 MiB budget over the transfers that may run
+    /// at once when that is smaller (a power of two, at least 64 KiB, SwiftNIO's default). A connection's reads grow
+    /// towards it only while each read fills its buffer, so slow or small bodies keep small buffers.
     ///
     /// Measured on two 1 GiB files over loopback (`Benchmarks/peers/ab.py`, store on, 5 interleaved runs), against
     /// SwiftNIO's 64 KiB: reads of 256 KiB took the wall time from 1.39 to 1.19 s, 512 KiB to 1.01 s, 1 MiB to 0.94 s
     /// (CPU 2.06 → 1.21 s: a quarter of the system calls, wake-ups and hand-overs per byte); 2 MiB gained nothing
     /// more and 4 MiB was slower than 64 KiB. One read per wake-up keeps a connection from holding four such buffers
     /// at once: 200 files of 1 MiB, 16 at a time, peaked at 59 MiB with four and 44 MiB with one.
-    static func maximumReadSize(concurrency: Int) -> Int {
+    static func maximumReadSize(concurrency: Int, limit: Int = 1024 * 1024) -> Int {
         let share = Self.readBufferBudget / max(concurrency, 1)
         let powerOfTwo = share > 0 ? 1 << (Int.bitWidth - 1 - share.leadingZeroBitCount) : 0
-        return min(max(powerOfTwo, 64 * 1024), 1024 * 1024)
+        return min(max(powerOfTwo, 64 * 1024), max(limit, 64 * 1024))
     }
 
     /// The read buffers' budget that ``maximumReadSize(concurrency:)`` shares out.
