@@ -511,8 +511,11 @@ extension TransferManager {
         }
 
         /// A running transfer's body has arrived: its slots go to the next transfers while it publishes its file.
-        mutating func leftNetwork(_ id: TransferID, aftermath: inout Aftermath) {
+        /// Returns whether other transfers still hold slots once this one's went to the next: slots in use, not
+        /// running transfers, which count those publishing (this one among them).
+        mutating func leftNetwork(_ id: TransferID, aftermath: inout Aftermath) -> Bool {
             self.start(self.scheduler.leftNetwork(id), aftermath: &aftermath)
+            return self.scheduler.slotsInUse > 0
         }
 
         /// The plan for the attempt of a transfer the scheduler started (nil if it is no longer running).

@@ -552,7 +552,7 @@ extension TransferManager: Download.Observer {
         self.core.withLockedValue { $0.restarted(id, reason: reason) }
     }
 
-    func leftNetwork(_ id: TransferID) {
+    func leftNetwork(_ id: TransferID) -> Bool {
         self.withCore { $0.leftNetwork(id, aftermath: &$1) }
     }
 
@@ -564,22 +564,21 @@ extension TransferManager: Download.Observer {
         byteCount: Int64,
         sha256: String?,
         modificationTime: Double?,
+        lingering: Bool,
         then recorded: @escaping @Sendable () -> Void
     ) {
         // Written before `recorded` is called, outside the lock, with everything queued before it: the record must be
         // in the database before the rename, or a process killed right after the rename would download the file
         // again under another name. Nothing waits or blocks while the database works: `recorded` runs from the
         // commit, on this event loop (the thread the transfer ran on).
-        // It waits for others to share its commit only while other transfers are still on the network: the last
-        // files of a batch have no one to wait for.
+        // It waits for others to share its commit only while other transfers are still on the network (`lingering`,
+        // read as it left the network, in that turn of the lock): the last files of a batch have no one to wait for.
         // Without a store (never asked then: ``recordsPublications``) there is nothing to wait for.
         guard let storeWriter = self.storeWriter else { return recorded() }
-        // Slots in use, not running transfers: those count the transfers publishing, this one among them.
-        let othersOnNetwork = self.core.withLockedValue { $0.scheduler.slotsInUse > 0 }
         let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? self.transport.client.eventLoopGroup.any()
         storeWriter.flush(
             adding: .publishing(id, finalPath: path, size: byteCount, sha256: sha256, modified: modificationTime),
-            lingering: othersOnNetwork
+            lingering: lingering
         ) {
             loop.execute { recorded() }
         }

@@ -162,19 +162,22 @@ extension Download {
         func responseAccepted(_ id: TransferID, validator: Validator, expectedBytes: Int64?, receivedBytes: Int64)
         func restarted(_ id: TransferID, reason: String)
         /// The attempt no longer uses the network (its body has arrived and passed the checks; only publishing is
-        /// left): its slots may go to the next transfers.
-        func leftNetwork(_ id: TransferID)
-        /// Whether finished files are recorded (``willPublish(_:at:byteCount:sha256:modificationTime:then:)``)
+        /// left): its slots may go to the next transfers. Returns whether other transfers still hold slots (in the
+        /// same turn of the manager's lock, for ``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``).
+        func leftNetwork(_ id: TransferID) -> Bool
+        /// Whether finished files are recorded (``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``)
         /// before they are renamed: whether there is a store.
         var recordsPublications: Bool { get }
         /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded.
-        /// Nothing waits meanwhile. Asked only when ``recordsPublications``.
+        /// Nothing waits meanwhile. With `lingering` (other transfers were still on the network when this one left
+        /// it), the record may wait a moment for theirs to share its commit. Asked only when ``recordsPublications``.
         func willPublish(
             _ id: TransferID,
             at path: String,
             byteCount: Int64,
             sha256: String?,
             modificationTime: Double?,
+            lingering: Bool,
             then recorded: @escaping @Sendable () -> Void
         )
     }
@@ -630,7 +633,7 @@ extension Download {
     /// has committed the record. No task waits for the commit (see ``Publication``).
     ///
     /// The exact final path is chosen first and reported
-    /// (``Observer/willPublish(_:at:byteCount:sha256:modificationTime:then:)``, which records it in the store) before
+    /// (``Observer/willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``, which records it in the store) before
     /// the rename, which never replaces a file unless the policy is overwrite. If another file takes the name in
     /// between, the next name is chosen and reported. A failure leaves what arrived under the `.part` name, as a failed
     /// attempt does, and is `stopped` once `isStopped` says the attempt was asked to stop.
@@ -640,14 +643,22 @@ extension Download {
         isStopped: @escaping @Sendable () -> Bool,
         completion: @escaping @Sendable (AttemptOutcome) -> Void
     ) {
-        observer.leftNetwork(publication.plan.id)
-        Publisher(publication, observer: observer, isStopped: isStopped, completion: completion).start()
+        let othersOnNetwork = observer.leftNetwork(publication.plan.id)
+        Publisher(
+            publication,
+            observer: observer,
+            othersOnNetwork: othersOnNetwork,
+            isStopped: isStopped,
+            completion: completion
+        ).start()
     }
 
     /// One publication's way through the candidate names; each record's commit calls back into it.
     private struct Publisher<O: Observer>: Sendable {
         let publication: Publication
         let observer: O
+        /// Whether other transfers were still on the network when this one left it (see ``Observer/leftNetwork(_:)``).
+        let othersOnNetwork: Bool
         let isStopped: @Sendable () -> Bool
         let completion: @Sendable (AttemptOutcome) -> Void
         /// The final path's folders below the destination, and the file's name.
@@ -659,11 +670,13 @@ extension Download {
         init(
             _ publication: Publication,
             observer: O,
+            othersOnNetwork: Bool,
             isStopped: @escaping @Sendable () -> Bool,
             completion: @escaping @Sendable (AttemptOutcome) -> Void
         ) {
             self.publication = publication
             self.observer = observer
+            self.othersOnNetwork = othersOnNetwork
             self.isStopped = isStopped
             self.completion = completion
             var components = publication.plan.nameComponents
@@ -753,6 +766,7 @@ extension Download {
                 byteCount: self.publication.byteCount,
                 sha256: self.publication.sha256,
                 modificationTime: self.modified,
+                lingering: self.othersOnNetwork,
                 then: body
             )
         }
