@@ -4,6 +4,23 @@ import Testing
 
 /// Runs the built `haul` binary.
 struct HaulProcess {
+    /// Runs `body`, which blocks (a read from a pipe, a wait for a process), on a thread of its own. Swift's concurrency
+    /// runs the tests on as many threads as the machine has cores: on two cores, two tests blocked there waiting for
+    /// their `haul` would stop every other test, and the time limits that should end them.
+    static func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: body()) }.start()
+        }
+    }
+
+    /// Kills `process` if it still runs after `delay`, unless the returned work item is cancelled first.
+    static func killIfStillRunning(_ process: Process, after delay: Duration) -> DispatchWorkItem {
+        let pid = process.processIdentifier
+        let work = DispatchWorkItem { if process.isRunning { kill(pid, SIGKILL) } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(delay.components.seconds)), execute: work)
+        return work
+    }
+
     static var executable: URL {
         // The test bundle sits beside the products of the same build.
         let products =
@@ -32,6 +49,10 @@ struct HaulProcess {
         return process
     }
 
+    /// How long a run may take before it is stopped (`SIGKILL`), so that a `haul` that never ends fails its test with
+    /// what it printed instead of holding the whole test run.
+    static let watchdog: Duration = .seconds(100)
+
     static func run(_ arguments: [String], stdin: String? = nil, stateHome: URL? = nil) async throws -> Output {
         let process = self.makeProcess(arguments, stateHome: stateHome)
         let out = Pipe()
@@ -41,12 +62,14 @@ struct HaulProcess {
         let input = Pipe()
         process.standardInput = input
         try process.run()
+        let stopping = self.killIfStillRunning(process, after: self.watchdog)
+        defer { stopping.cancel() }
         if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
         try input.fileHandleForWriting.close()
-        async let stdoutData = Task.detached { out.fileHandleForReading.readDataToEndOfFile() }.value
-        async let stderrData = Task.detached { err.fileHandleForReading.readDataToEndOfFile() }.value
+        async let stdoutData = self.blocking { out.fileHandleForReading.readDataToEndOfFile() }
+        async let stderrData = self.blocking { err.fileHandleForReading.readDataToEndOfFile() }
         let (o, e) = await (stdoutData, stderrData)
-        process.waitUntilExit()
+        await self.blocking { process.waitUntilExit() }
         return Output(
             status: process.terminationStatus,
             stdout: String(decoding: o, as: UTF8.self),
@@ -255,15 +278,19 @@ struct EndToEndTests {
                 process.standardOutput = out
                 process.standardError = FileHandle.nullDevice
                 try process.run()
-                var seen = ""
-                while !seen.contains("\"progress\"") {
-                    let data = out.fileHandleForReading.availableData
-                    if data.isEmpty { break }
-                    seen += String(decoding: data, as: UTF8.self)
+                let stopping = HaulProcess.killIfStillRunning(process, after: HaulProcess.watchdog)
+                defer { stopping.cancel() }
+                await HaulProcess.blocking {
+                    var seen = ""
+                    while !seen.contains("\"progress\"") {
+                        let data = out.fileHandleForReading.availableData
+                        if data.isEmpty { break }
+                        seen += String(decoding: data, as: UTF8.self)
+                    }
+                    process.interrupt()
+                    _ = out.fileHandleForReading.readDataToEndOfFile()
+                    process.waitUntilExit()
                 }
-                process.interrupt()
-                _ = out.fileHandleForReading.readDataToEndOfFile()
-                process.waitUntilExit()
                 #expect(process.terminationStatus == 130)
                 #expect(!FileManager.default.fileExists(atPath: folder.appending(path: "slow.bin").path))
             }

@@ -34,7 +34,7 @@ struct PersistenceEndToEndTests {
         signal: Int32,
         stopAfter progressLines: Int,
         event: String = "progress"
-    ) throws -> Int32 {
+    ) async throws -> Int32 {
         let urls = Self.files.indices.map { server.url("/f\($0).bin").absoluteString }
         let process = HaulProcess.makeProcess(
             ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "2", "--json"],
@@ -44,18 +44,22 @@ struct PersistenceEndToEndTests {
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
         try process.run()
-        var seen = 0
-        var buffer = ""
-        while seen < progressLines {
-            let data = out.fileHandleForReading.availableData
-            if data.isEmpty { break }
-            buffer += String(decoding: data, as: UTF8.self)
-            seen = buffer.components(separatedBy: "\"event\":\"\(event)\"").count - 1
+        let stopping = HaulProcess.killIfStillRunning(process, after: HaulProcess.watchdog)
+        defer { stopping.cancel() }
+        return await HaulProcess.blocking {
+            var seen = 0
+            var buffer = ""
+            while seen < progressLines {
+                let data = out.fileHandleForReading.availableData
+                if data.isEmpty { break }
+                buffer += String(decoding: data, as: UTF8.self)
+                seen = buffer.components(separatedBy: "\"event\":\"\(event)\"").count - 1
+            }
+            kill(process.processIdentifier, signal)
+            _ = out.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return process.terminationStatus
         }
-        kill(process.processIdentifier, signal)
-        _ = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return process.terminationStatus
     }
 
     func rerun(_ server: FaultInjectingServer, folder: URL) async throws -> HaulProcess.Output {
@@ -77,7 +81,7 @@ struct PersistenceEndToEndTests {
     @Test func ctrlCExits130KeepsPartialFilesAndTheSameCommandResumesThem() async throws {
         try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
             try await self.withFolder { folder in
-                let status = try self.interruptedRun(server, folder: folder, signal: SIGINT, stopAfter: 6)
+                let status = try await self.interruptedRun(server, folder: folder, signal: SIGINT, stopAfter: 6)
                 #expect(status == 130)
                 let partials = try FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "out").path)
                 #expect(partials.contains { $0.hasSuffix(".part") })
@@ -100,7 +104,7 @@ struct PersistenceEndToEndTests {
         ] {
             try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
                 try await self.withFolder { folder in
-                    let status = try self.interruptedRun(
+                    let status = try await self.interruptedRun(
                         server,
                         folder: folder,
                         signal: SIGKILL,
@@ -142,7 +146,7 @@ struct PersistenceEndToEndTests {
         try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
             try await self.withFolder { folder in
                 let state = folder.appending(path: "state")
-                #expect(try self.interruptedRun(server, folder: folder, signal: SIGTERM, stopAfter: 6) == 130)
+                #expect(try await self.interruptedRun(server, folder: folder, signal: SIGTERM, stopAfter: 6) == 130)
 
                 let status = try await HaulProcess.run(["status", "--json"], stateHome: state)
                 #expect(status.status == 0)
@@ -183,7 +187,7 @@ struct PersistenceEndToEndTests {
         try await FaultInjectingServer.withServer(resources: Self.resources()) { server in
             try await self.withFolder { folder in
                 let state = folder.appending(path: "state")
-                #expect(try self.interruptedRun(server, folder: folder, signal: SIGTERM, stopAfter: 6) == 130)
+                #expect(try await self.interruptedRun(server, folder: folder, signal: SIGTERM, stopAfter: 6) == 130)
                 let bad = try await HaulProcess.run(["resume", "--max-per-host", "0"], stateHome: state)
                 #expect(bad.status == 64)
                 #expect(bad.stderr.contains("--max-per-host must be between 1 and 256"), "\(bad.stderr)")
