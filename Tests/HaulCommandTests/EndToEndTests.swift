@@ -4,9 +4,9 @@ import Testing
 
 /// Runs the built `haul` binary.
 struct HaulProcess {
-    /// Runs `body`, which blocks (a read from a pipe, a wait for a process), on a thread of its own. Swift's concurrency
-    /// runs the tests on as many threads as the machine has cores: on two cores, two tests blocked there waiting for
-    /// their `haul` would stop every other test, and the time limits that should end them.
+    /// Runs `body`, which blocks (a read from a pipe, a wait for a process), on a thread of its own. Swift's
+    /// concurrency runs the tests on as many threads as the machine has cores: on two cores, two tests blocked there
+    /// waiting for their `haul` would stop every other test, and the time limits that should end them.
     static func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in
             Thread { continuation.resume(returning: body()) }.start()

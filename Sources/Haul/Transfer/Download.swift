@@ -162,11 +162,13 @@ extension Download {
         func responseAccepted(_ id: TransferID, validator: Validator, expectedBytes: Int64?, receivedBytes: Int64)
         func restarted(_ id: TransferID, reason: String)
         /// The attempt no longer uses the network (its body has arrived and passed the checks; only publishing is
-        /// left): its slots may go to the next transfers. Returns whether other transfers still hold slots (in the
-        /// same turn of the manager's lock, for ``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``).
+        /// left): its slots may go to the next transfers. Returns whether other transfers still hold slots (read in
+        /// the same turn of the manager's lock, for
+        /// ``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``).
         func leftNetwork(_ id: TransferID) -> Bool
-        /// Whether finished files are recorded (``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``)
-        /// before they are renamed: whether there is a store.
+        /// Whether finished files are recorded
+        /// (``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``) before they are renamed: whether
+        /// there is a store.
         var recordsPublications: Bool { get }
         /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded.
         /// Nothing waits meanwhile. With `lingering` (other transfers were still on the network when this one left
@@ -633,10 +635,10 @@ extension Download {
     /// has committed the record. No task waits for the commit (see ``Publication``).
     ///
     /// The exact final path is chosen first and reported
-    /// (``Observer/willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``, which records it in the store) before
-    /// the rename, which never replaces a file unless the policy is overwrite. If another file takes the name in
-    /// between, the next name is chosen and reported. A failure leaves what arrived under the `.part` name, as a failed
-    /// attempt does, and is `stopped` once `isStopped` says the attempt was asked to stop.
+    /// (``Observer/willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``, which records it in the
+    /// store) before the rename, which never replaces a file unless the policy is overwrite. If another file takes the
+    /// name in between, the next name is chosen and reported. A failure leaves what arrived under the `.part` name, as
+    /// a failed attempt does, and is `stopped` once `isStopped` says the attempt was asked to stop.
     static func publish(
         _ publication: Publication,
         observer: some Observer,
