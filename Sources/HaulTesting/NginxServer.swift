@@ -77,7 +77,10 @@ public struct NginxServer: Sendable {
             defer {
                 if process.isRunning {
                     process.terminate()
-                    process.waitUntilExit()
+                    // Not `waitUntilExit()`: on Linux it spins a run loop for the news of the exit, and off the thread
+                    // that started the process it can wait for ever. nginx ends within milliseconds of SIGTERM.
+                    let deadline = ContinuousClock.now + .seconds(5)
+                    while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
                 }
             }
             if await self.waitForPort(port, while: { process.isRunning }) {

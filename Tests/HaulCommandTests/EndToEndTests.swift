@@ -2,9 +2,40 @@ import Foundation
 import HaulTesting
 import Testing
 
+/// The end of a process, heard through its termination handler (set before the process starts, so that one that ends
+/// at once is not missed). Foundation's `waitUntilExit()` spins a run loop for that news, and on Linux, off the thread
+/// that started the process, it can wait for ever: one test run here hung with three tests' nginx still running.
+final class ProcessEnd: @unchecked Sendable {
+    private let lock = NSLock()
+    private var hasEnded = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    init(of process: Process) {
+        process.terminationHandler = { [self] _ in
+            let waiters = self.lock.withLock {
+                self.hasEnded = true
+                defer { self.waiters = [] }
+                return self.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    /// Returns once the process has ended (at once if it has).
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let hasEnded = self.lock.withLock {
+                if !self.hasEnded { self.waiters.append(continuation) }
+                return self.hasEnded
+            }
+            if hasEnded { continuation.resume() }
+        }
+    }
+}
+
 /// Runs the built `haul` binary.
 struct HaulProcess {
-    /// Runs `body`, which blocks (a read from a pipe, a wait for a process), on a thread of its own. Swift's
+    /// Runs `body`, which blocks (a read from a pipe), on a thread of its own. Swift's
     /// concurrency runs the tests on as many threads as the machine has cores: on two cores, two tests blocked there
     /// waiting for their `haul` would stop every other test, and the time limits that should end them.
     static func blocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
@@ -61,6 +92,7 @@ struct HaulProcess {
         process.standardError = err
         let input = Pipe()
         process.standardInput = input
+        let end = ProcessEnd(of: process)
         try process.run()
         let stopping = self.killIfStillRunning(process, after: self.watchdog)
         defer { stopping.cancel() }
@@ -69,7 +101,7 @@ struct HaulProcess {
         async let stdoutData = self.blocking { out.fileHandleForReading.readDataToEndOfFile() }
         async let stderrData = self.blocking { err.fileHandleForReading.readDataToEndOfFile() }
         let (o, e) = await (stdoutData, stderrData)
-        await self.blocking { process.waitUntilExit() }
+        await end.wait()
         return Output(
             status: process.terminationStatus,
             stdout: String(decoding: o, as: UTF8.self),
@@ -277,6 +309,7 @@ struct EndToEndTests {
                 let out = Pipe()
                 process.standardOutput = out
                 process.standardError = FileHandle.nullDevice
+                let end = ProcessEnd(of: process)
                 try process.run()
                 let stopping = HaulProcess.killIfStillRunning(process, after: HaulProcess.watchdog)
                 defer { stopping.cancel() }
@@ -289,8 +322,8 @@ struct EndToEndTests {
                     }
                     process.interrupt()
                     _ = out.fileHandleForReading.readDataToEndOfFile()
-                    process.waitUntilExit()
                 }
+                await end.wait()
                 #expect(process.terminationStatus == 130)
                 #expect(!FileManager.default.fileExists(atPath: folder.appending(path: "slow.bin").path))
             }

@@ -43,10 +43,11 @@ struct PersistenceEndToEndTests {
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
+        let end = ProcessEnd(of: process)
         try process.run()
         let stopping = HaulProcess.killIfStillRunning(process, after: HaulProcess.watchdog)
         defer { stopping.cancel() }
-        return await HaulProcess.blocking {
+        await HaulProcess.blocking {
             var seen = 0
             var buffer = ""
             while seen < progressLines {
@@ -57,9 +58,9 @@ struct PersistenceEndToEndTests {
             }
             kill(process.processIdentifier, signal)
             _ = out.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return process.terminationStatus
         }
+        await end.wait()
+        return process.terminationStatus
     }
 
     func rerun(_ server: FaultInjectingServer, folder: URL) async throws -> HaulProcess.Output {
