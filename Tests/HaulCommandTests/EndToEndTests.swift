@@ -44,12 +44,18 @@ struct HaulProcess {
         }
     }
 
-    /// Kills `process` if it still runs after `delay`, unless the returned work item is cancelled first.
-    static func killIfStillRunning(_ process: Process, after delay: Duration) -> DispatchWorkItem {
+    /// Starts `process`, its end to be heard through ``ProcessEnd``, and kills it if it still runs after ``watchdog``
+    /// unless the returned work item is cancelled first (once the caller is done with it).
+    static func launch(_ process: Process) throws -> (end: ProcessEnd, watchdog: DispatchWorkItem) {
+        let end = ProcessEnd(of: process)
+        try process.run()
         let pid = process.processIdentifier
-        let work = DispatchWorkItem { if process.isRunning { kill(pid, SIGKILL) } }
-        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(delay.components.seconds)), execute: work)
-        return work
+        let watchdog = DispatchWorkItem { if process.isRunning { kill(pid, SIGKILL) } }
+        DispatchQueue.global().asyncAfter(
+            deadline: .now() + .seconds(Int(self.watchdog.components.seconds)),
+            execute: watchdog
+        )
+        return (end, watchdog)
     }
 
     static var executable: URL {
@@ -92,9 +98,7 @@ struct HaulProcess {
         process.standardError = err
         let input = Pipe()
         process.standardInput = input
-        let end = ProcessEnd(of: process)
-        try process.run()
-        let stopping = self.killIfStillRunning(process, after: self.watchdog)
+        let (end, stopping) = try self.launch(process)
         defer { stopping.cancel() }
         if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
         try input.fileHandleForWriting.close()
@@ -309,9 +313,7 @@ struct EndToEndTests {
                 let out = Pipe()
                 process.standardOutput = out
                 process.standardError = FileHandle.nullDevice
-                let end = ProcessEnd(of: process)
-                try process.run()
-                let stopping = HaulProcess.killIfStillRunning(process, after: HaulProcess.watchdog)
+                let (end, stopping) = try HaulProcess.launch(process)
                 defer { stopping.cancel() }
                 await HaulProcess.blocking {
                     var seen = ""

@@ -43,9 +43,7 @@ struct PersistenceEndToEndTests {
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
-        let end = ProcessEnd(of: process)
-        try process.run()
-        let stopping = HaulProcess.killIfStillRunning(process, after: HaulProcess.watchdog)
+        let (end, stopping) = try HaulProcess.launch(process)
         defer { stopping.cancel() }
         await HaulProcess.blocking {
             var seen = 0

@@ -85,7 +85,7 @@ struct HTTPTransport: Sendable {
         return min(max(powerOfTwo, 64 * 1024), max(limit, 64 * 1024))
     }
 
-    /// The read buffers' budget that ``maximumReadSize(concurrency:)`` shares out.
+    /// The read buffers' budget that ``maximumReadSize(concurrency:limit:)`` shares out.
     static let readBufferBudget = 32 * 1024 * 1024
 
     /// Sends a GET, follows redirects, and returns the final response once its head has arrived; its body goes to

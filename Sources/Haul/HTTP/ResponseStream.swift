@@ -20,7 +20,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
     typealias Response = Void
 
     /// How many bytes are kept before the task attaches its writer; past it the client stops reading. One read of
-    /// the largest size (``HTTPTransport/maximumReadSize(concurrency:)``).
+    /// the largest size (``HTTPTransport/maximumReadSize(concurrency:limit:)``).
     static let bufferLimit = 1024 * 1024
 
     let eventLoop: any EventLoop
