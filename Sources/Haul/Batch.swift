@@ -124,7 +124,7 @@ public final class Batch: Sendable {
                 continuation.yield(.finished(report))
                 aftermath.finishedStreams.append(continuation)
             } else {
-                core.batches[id]?.events = continuation
+                core.batches[id]?.events = EventOutlet(continuation)
                 core.batches[id]?.eventSelection = selection
             }
             core.batches[id]?.eventStream = stream

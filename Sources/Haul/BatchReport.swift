@@ -15,6 +15,15 @@ public struct CompletedFile: Hashable, Sendable {
         }
         set { self.location = .url(newValue) }
     }
+    /// ``path`` as a file path (its `path`), made without building a `URL`: a program printing a line per file
+    /// spends a few microseconds less on each.
+    public var filePath: String {
+        switch self.location {
+        case .url(let url): url.path
+        case .inFolder(let folder, let relativePath):
+            folder.path.hasSuffix("/") ? folder.path + relativePath : folder.path + "/" + relativePath
+        }
+    }
     /// Its size in bytes (0 for a deletion).
     public var byteCount: Int64
     /// Its SHA-256 in lower-case hex, when a SHA-256 checksum was given or hashing was asked for.

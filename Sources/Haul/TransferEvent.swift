@@ -52,11 +52,14 @@ extension BatchEvent {
     /// ``BatchEvent/finished(_:)``, always comes. A narrower selection costs less: events it leaves out are never
     /// queued, and the task that iterates the stream is not woken for them.
     public struct Selection: Sendable, Hashable {
-        private enum Scope: Hashable { case all, results, failures }
+        private enum Scope: Hashable { case all, lifecycle, results, failures }
         private let scope: Scope
 
         /// Every event: each transfer's, the batch's progress, and its end.
         public static let all = Selection(scope: .all)
+        /// Each transfer's start, restarts, retries, pauses, resumptions and last event (not its queueing nor its
+        /// progress), the batch's progress, and the end: what `haul get` prints in a pipe or a log.
+        public static let lifecycle = Selection(scope: .lifecycle)
         /// Each transfer's last event (``TransferEvent/Kind/finished(_:)``, whatever the result), and the end.
         public static let results = Selection(scope: .results)
         /// The last event of each transfer that failed, and the end: what `haul get --quiet` prints.
@@ -66,6 +69,8 @@ extension BatchEvent {
         func includes(_ kind: TransferEvent.Kind) -> Bool {
             switch (self.scope, kind) {
             case (.all, _): true
+            case (.lifecycle, .queued), (.lifecycle, .progressed): false
+            case (.lifecycle, _): true
             case (.results, .finished): true
             case (.failures, .finished(let result)): result.state == .failed
             case (.results, _), (.failures, _): false
@@ -73,6 +78,6 @@ extension BatchEvent {
         }
 
         /// Whether the batch's progress events are carried.
-        var includesProgress: Bool { self.scope == .all }
+        var includesProgress: Bool { self.scope == .all || self.scope == .lifecycle }
     }
 }

@@ -15,6 +15,12 @@ extension TransferManager {
         /// How often progress is reported, at most, per transfer and per batch. Default 100 ms: smooth for a
         /// progress bar, cheap for thousands of files. The last progress of a transfer is always reported.
         public var progressInterval: Duration = .milliseconds(100)
+        /// How long events may wait so that they reach the event streams (``Batch/events(_:)``,
+        /// ``TransferManager/events()``) together. Default 10 ms: below what a person or a progress bar notices. Each
+        /// event handed over alone wakes the task reading its stream; on 2,000 files of 16 KiB, `haul get` spent a
+        /// quarter of its time on those wake-ups. A batch's last events and its `finished` event are handed over at
+        /// once. Zero hands every event over as it happens.
+        public var eventDeliveryInterval: Duration = .milliseconds(10)
         /// How files downloaded into a folder are named, unless a request says otherwise. Default: the URL's last
         /// path component, as curl `-O` and wget do.
         public var naming: NamingPolicy = .urlPath

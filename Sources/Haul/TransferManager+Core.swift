@@ -127,7 +127,7 @@ extension TransferManager {
         var pending: [TransferID: [Int]] = [:]
         var tracker = BatchProgressTracker()
         var lastProgressEvent: ContinuousClock.Instant?
-        var events: AsyncStream<BatchEvent>.Continuation?
+        var events: EventOutlet<BatchEvent>?
         var eventStream: AsyncStream<BatchEvent>?
         /// Which events ``events`` carries.
         var eventSelection = BatchEvent.Selection.all
@@ -208,8 +208,15 @@ extension TransferManager {
         var nextBatchID = 1
         /// The byte counts of the attempts running now, sampled every progress interval.
         var progressCells: [TransferID: ProgressCell] = [:]
-        var subscribers: [Int: AsyncStream<TransferEvent>.Continuation] = [:]
+        var subscribers: [Int: EventOutlet<TransferEvent>] = [:]
         var nextSubscriberID = 0
+        /// Schedules the release of held events; `nil` when events are handed over at once
+        /// (``Configuration/eventDeliveryInterval`` zero).
+        let eventClock: EventDeliveryClock?
+        /// The batches and subscribers holding events, and whether their release is scheduled.
+        var holdingBatches: [BatchID] = []
+        var holdingSubscribers: [Int] = []
+        var isReleaseScheduled = false
         /// Subscribers to the running-transfer count, and the count they last heard.
         var activitySubscribers: [Int: AsyncStream<Int>.Continuation] = [:]
         var reportedRunningCount = 0
@@ -226,9 +233,11 @@ extension TransferManager {
         init(
             configuration: Configuration,
             deliveries: AsyncStream<ObserverMailbox>.Continuation,
-            store: StoreWriter?
+            store: StoreWriter?,
+            eventClock: EventDeliveryClock? = nil
         ) {
             self.configuration = configuration
+            self.eventClock = eventClock
             self.deliveries = deliveries
             self.store = store
             self.bandwidth = BandwidthLimiter(bytesPerSecond: configuration.bandwidthLimit)
@@ -1009,9 +1018,12 @@ extension TransferManager {
                 restarts: restarts
             )
             let byteCount: Int64? = if case .completed(let file) = result { file.byteCount } else { nil }
-            self.withBatch(batchID) { batch in
-                if !emitted, let events = batch.events, batch.eventSelection.includes(.finished(result)) {
-                    events.yield(.transfer(TransferEvent(id: id, url: item.url, kind: .finished(result))))
+            let holding = self.eventClock != nil
+            let firstHeld = self.withBatch(batchID) { batch in
+                var firstHeld = false
+                if !emitted, batch.events != nil, batch.eventSelection.includes(.finished(result)) {
+                    let event = TransferEvent(id: id, url: item.url, kind: .finished(result))
+                    firstHeld = batch.events!.send(.transfer(event), holding: holding)
                 }
                 batch.items[index] = item
                 batch.settled[index] = true
@@ -1019,7 +1031,9 @@ extension TransferManager {
                 batch.resumeRoomWaiters()
                 batch.tracker.added(id, expectedBytes: byteCount)
                 batch.tracker.finished(id, state: result.state, byteCount: byteCount)
+                return firstHeld
             }
+            if firstHeld == true { self.holdsEvents(ofBatch: batchID) }
             self.emitBatchProgress(batchID, at: now, force: true)
             self.finishIfDone(batchID, aftermath: &aftermath)
         }
@@ -1030,8 +1044,10 @@ extension TransferManager {
                 let report = BatchReport(batchID: batchID, items: batch.items)
                 batch.items = []
                 batch.report = report
-                batch.events?.yield(.finished(report))
-                if let events = batch.events { aftermath.finishedStreams.append(events) }
+                // What the batch's stream holds goes first; the end is handed over at once.
+                batch.events?.release()
+                batch.events?.continuation.yield(.finished(report))
+                if let events = batch.events { aftermath.finishedStreams.append(events.continuation) }
                 for waiter in batch.waiters { waiter.resume(returning: report) }
                 batch.waiters = []
             }
@@ -1039,14 +1055,40 @@ extension TransferManager {
 
         private mutating func emitBatchProgress(_ batchID: BatchID, at now: ContinuousClock.Instant, force: Bool) {
             let interval = self.configuration.progressInterval
-            self.withBatch(batchID) { batch in
-                guard !batch.isFinished, let events = batch.events, batch.eventSelection.includesProgress else {
-                    return
+            let holding = self.eventClock != nil
+            let firstHeld = self.withBatch(batchID) { batch -> Bool in
+                guard !batch.isFinished, batch.events != nil, batch.eventSelection.includesProgress else {
+                    return false
                 }
-                guard force || (batch.lastProgressEvent.map { now - $0 >= interval } ?? true) else { return }
+                guard force || (batch.lastProgressEvent.map { now - $0 >= interval } ?? true) else { return false }
                 batch.lastProgressEvent = now
-                events.yield(.progressed(batch.tracker.snapshot(at: now)))
+                let progress = BatchEvent.progressed(batch.tracker.snapshot(at: now))
+                return batch.events!.send(progress, holding: holding, supersedes: true)
             }
+            if firstHeld == true { self.holdsEvents(ofBatch: batchID) }
+        }
+
+        /// A batch's stream holds its first event: it is released with the others held, at the next release.
+        private mutating func holdsEvents(ofBatch batchID: BatchID) {
+            self.holdingBatches.append(batchID)
+            self.scheduleRelease()
+        }
+
+        private mutating func scheduleRelease() {
+            guard !self.isReleaseScheduled, let clock = self.eventClock else { return }
+            self.isReleaseScheduled = true
+            clock.schedule()
+        }
+
+        /// Hands every held event over to its stream (``Configuration/eventDeliveryInterval``).
+        mutating func releaseHeldEvents() {
+            self.isReleaseScheduled = false
+            for batchID in self.holdingBatches { self.withBatch(batchID) { $0.events?.release() } }
+            self.holdingBatches.removeAll(keepingCapacity: true)
+            for key in self.holdingSubscribers {
+                if let index = self.subscribers.index(forKey: key) { self.subscribers.values[index].release() }
+            }
+            self.holdingSubscribers.removeAll(keepingCapacity: true)
         }
 
         /// Changes a batch's record in place (a copy would duplicate its arrays on every change: O(n) per event).
@@ -1075,12 +1117,21 @@ extension TransferManager {
             else { return }
             if let store = self.store { Self.persist(kind, attempts: attempts, id: id, to: store) }
             let event = TransferEvent(id: id, url: url, kind: kind)
-            for subscriber in self.subscribers.values { subscriber.yield(event) }
+            let holding = self.eventClock != nil
+            if !self.subscribers.isEmpty {
+                for index in self.subscribers.indices {
+                    guard self.subscribers.values[index].send(event, holding: holding) else { continue }
+                    self.holdingSubscribers.append(self.subscribers.keys[index])
+                    self.scheduleRelease()
+                }
+            }
             if !self.observers.isEmpty { self.observers.post(event) }
             for batchID in batches {
-                self.withBatch(batchID) { batch in
-                    if batch.eventSelection.includes(kind) { batch.events?.yield(.transfer(event)) }
+                let firstHeld = self.withBatch(batchID) { batch in
+                    batch.eventSelection.includes(kind)
+                        && batch.events?.send(.transfer(event), holding: holding) == true
                 }
+                if firstHeld == true { self.holdsEvents(ofBatch: batchID) }
             }
         }
     }

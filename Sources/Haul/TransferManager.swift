@@ -47,13 +47,18 @@ public final class TransferManager: Sendable {
         self.storeWriter = configuration.store.map {
             StoreWriter(store: $0, publishingLinger: configuration.publishingLinger)
         }
+        let eventClock =
+            configuration.eventDeliveryInterval > .zero
+            ? EventDeliveryClock(interval: configuration.eventDeliveryInterval, group: client.eventLoopGroup) : nil
         self.core = SpinningLockedBox(
             Core(
                 configuration: configuration,
                 deliveries: deliveryContinuation,
-                store: self.storeWriter
+                store: self.storeWriter,
+                eventClock: eventClock
             )
         )
+        eventClock?.connect { [weak self] in self?.core.withLockedValue { $0.releaseHeldEvents() } }
     }
 
     /// Creates a manager, runs `body` with it, then cancels what is left and releases every resource.
@@ -109,6 +114,7 @@ public final class TransferManager: Sendable {
         }
         // Every transfer has ended and emitted its last event: the streams and observers end after what they hold.
         let subscribers = self.core.withLockedValue { core in
+            core.releaseHeldEvents()
             defer {
                 for subscriber in core.activitySubscribers.values { subscriber.finish() }
                 core.activitySubscribers = [:]
@@ -116,7 +122,7 @@ public final class TransferManager: Sendable {
                 core.observers.closeAll()
                 core.deliveries.finish()
             }
-            return Array(core.subscribers.values)
+            return core.subscribers.values.map(\.continuation)
         }
         for subscriber in subscribers { subscriber.finish() }
     }
@@ -524,7 +530,7 @@ public final class TransferManager: Sendable {
             guard !core.isShutDown else { return false }
             let key = core.nextSubscriberID
             core.nextSubscriberID += 1
-            core.subscribers[key] = continuation
+            core.subscribers[key] = EventOutlet(continuation)
             continuation.onTermination = { [weak self] _ in
                 _ = self?.core.withLockedValue { $0.subscribers.removeValue(forKey: key) }
             }

@@ -53,7 +53,7 @@ struct Resume: AsyncParsableCommand {
             var reports: [BatchReport] = []
             for stored in unfinished {
                 let batch = try manager.resumeStoredBatch(stored.id, headers: self.options.parsedHeaders)
-                await EventPrinter.print(batch.events(mode.selection), mode: mode)
+                await EventPrinter.print(batch.events(EventPrinter.selection(for: mode)), mode: mode)
                 reports.append(await batch.report())
                 if interruption.hasFired { break }
             }

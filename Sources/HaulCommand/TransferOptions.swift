@@ -93,7 +93,7 @@ enum BatchRunner {
         let (report, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) {
             manager in
             let batch = try manager.makeBatch()
-            let events = batch.events(mode.selection)
+            let events = batch.events(EventPrinter.selection(for: mode))
             // Ctrl-C or SIGTERM: stop every transfer, keep the partial files and the state, exit 130; rerunning resumes.
             let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
             defer { interruption.stop() }

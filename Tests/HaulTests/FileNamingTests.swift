@@ -146,6 +146,23 @@ struct ChecksumTests {
     }
 
     @Test(arguments: [
+        ("/tmp/haul/out/", "sub/a.bin"), ("/tmp/haul/out", "a.bin"), ("/", "a.bin"), ("/tmp/x y/", "100% #1?.bin"),
+        ("/tmp/ünï/", "ça va.txt"), ("/tmp/%20/", "a%2Fb"),
+    ])
+    func aCompletedFilesPathAsTextIsItsURLsPath(folder: String, relativePath: String) {
+        let file = CompletedFile(
+            folder: URL(filePath: folder, directoryHint: .isDirectory),
+            relativePath: relativePath,
+            byteCount: 1,
+            sha256: nil,
+            modificationTime: nil
+        )
+        #expect(file.filePath == file.path.path)
+        let whole = CompletedFile(path: file.path, byteCount: 1, sha256: nil)
+        #expect(whole.filePath == file.path.path)
+    }
+
+    @Test(arguments: [
         "", " ", "\t", "a", " a", "a ", "\ta\t", "\u{3000}a", "a\u{00A0}", "é", " é ", "a b", "\u{2003}\u{2003}",
     ])
     func trimsWhiteSpaceAsFoundationDoes(text: String) {

@@ -13,7 +13,13 @@ struct EventRenderer {
         case quiet
 
         /// The events the mode prints something for: a batch's stream carries only those.
-        var selection: BatchEvent.Selection { self == .quiet ? .failures : .all }
+        var selection: BatchEvent.Selection {
+            switch self {
+            case .plain: .lifecycle
+            case .json: .all
+            case .quiet: .failures
+            }
+        }
     }
 
     let mode: Mode
@@ -67,7 +73,7 @@ struct EventRenderer {
     /// with `--quiet`, and above the live display.
     static func resultLine(_ transfer: TransferEvent, _ result: TransferResult) -> (word: String, detail: String) {
         switch result {
-        case .completed(let file): ("completed", "\(file.path.path) (\(Formatting.bytes(file.byteCount)))")
+        case .completed(let file): ("completed", "\(file.filePath) (\(Formatting.bytes(file.byteCount)))")
         case .failed(let error): ("failed   ", "\(transfer.url.absoluteString): \(error.message)")
         case .skipped(let existing): ("skipped  ", "\(transfer.url.absoluteString): \(existing.path) exists")
         case .cancelled: ("cancelled", transfer.url.absoluteString)
