@@ -203,18 +203,12 @@ struct RenderingTests {
     }
 
     @Test func formatsByteCountsAsTheCFormatDoes() {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
         var counts: [Int64] = Array(stride(from: 1024, through: 1024 * 1030, by: 97))
         counts += [1_048_063, 1_048_064, 1_048_575, 1_152, 1_280, 10_188, 10_189, 102_348, 102_349, 1 << 40, 1 << 50]
         for count in counts {
-            var value = Double(count)
-            var unit = 0
-            while value >= 1024, unit < units.count - 1 {
-                value /= 1024
-                unit += 1
-            }
-            let digits = value >= 100 ? 0 : (value >= 10 ? 1 : 2)
-            #expect(Formatting.bytes(count) == String(format: "%.\(digits)f %@", value, units[unit]), "\(count)")
+            let (value, unit) = Formatting.scaled(count)
+            let digits = Formatting.digits(for: value)
+            #expect(Formatting.bytes(count) == String(format: "%.\(digits)f %@", value, unit), "\(count)")
         }
     }
 

@@ -26,15 +26,12 @@ struct EventDeliveryTests {
                 var configuration = TransferManager.Configuration.testing()
                 configuration.eventDeliveryInterval = interval
                 let started = ContinuousClock.now
-                let events = try await TransferManager.withTransferManager(configuration: configuration) { manager in
-                    let batch = try manager.makeBatch()
-                    let stream = batch.events(.all)
-                    for index in 0..<5 { try batch.add(TransferRequest(url: server.url("/f\(index)"), into: folder)) }
-                    batch.seal()
-                    var events: [BatchEvent] = []
-                    for await event in stream { events.append(event) }
-                    return events
-                }
+                let events = try await TransferManager.batchEvents(
+                    .all,
+                    downloading: (0..<5).map { server.url("/f\($0)") },
+                    into: folder,
+                    configuration: configuration
+                )
                 #expect(ContinuousClock.now - started < .seconds(20), "the batch's end handed its events over")
                 var kinds: [String: [String]] = [:]
                 for case .transfer(let event) in events {
@@ -72,17 +69,11 @@ struct EventDeliveryTests {
         let resource = FaultInjectingServer.Resource(body: body, chunkSize: 10_000, chunkDelay: .milliseconds(5))
         try await FaultInjectingServer.withServer(resources: ["/a": resource, "/b": resource]) { server in
             try await withTemporaryDirectory { folder in
-                let events = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
-                    let batch = try manager.makeBatch()
-                    let stream = batch.events(.lifecycle)
-                    for path in ["/a", "/missing", "/b"] {
-                        try batch.add(TransferRequest(url: server.url(path), into: folder))
-                    }
-                    batch.seal()
-                    var events: [BatchEvent] = []
-                    for await event in stream { events.append(event) }
-                    return events
-                }
+                let events = try await TransferManager.batchEvents(
+                    .lifecycle,
+                    downloading: ["/a", "/missing", "/b"].map { server.url($0) },
+                    into: folder
+                )
                 var kinds: [String: [String]] = [:]
                 var batchProgress = 0
                 for event in events {

@@ -49,6 +49,27 @@ extension TransferManager {
     }
 }
 
+extension TransferManager {
+    /// Downloads `urls` into `folder` as one batch, in a manager of its own, and returns every event of the batch's
+    /// stream of `selection`, its end included; the stream is asked for before the first transfer is added.
+    static func batchEvents(
+        _ selection: BatchEvent.Selection,
+        downloading urls: [URL],
+        into folder: URL,
+        configuration: Configuration = .testing()
+    ) async throws -> [BatchEvent] {
+        try await Self.withTransferManager(configuration: configuration) { manager in
+            let batch = try manager.makeBatch()
+            let stream = batch.events(selection)
+            for url in urls { try batch.add(TransferRequest(url: url, into: folder)) }
+            batch.seal()
+            var events: [BatchEvent] = []
+            for await event in stream { events.append(event) }
+            return events
+        }
+    }
+}
+
 extension Batch {
     /// Waits for the first event of the batch that satisfies `predicate`.
     func firstEvent(where predicate: (BatchEvent) -> Bool) async -> BatchEvent? {

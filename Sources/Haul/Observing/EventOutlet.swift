@@ -28,12 +28,13 @@ struct EventOutlet<Element: Sendable>: Sendable {
             self.continuation.yield(element)
             return false
         }
+        let isFirst = self.held.isEmpty
         if supersedes {
             if let index = self.supersededIndex { self.held.remove(at: index) }
             self.supersededIndex = self.held.count
         }
         self.held.append(element)
-        return self.held.count == 1
+        return isFirst
     }
 
     /// Yields the events held, in order.

@@ -4,17 +4,25 @@ import Foundation
 enum Formatting {
     /// `0 B`, `999 B`, `1.0 KiB`, `12.3 MiB`, `1.50 GiB`.
     static func bytes(_ count: Int64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
         guard count >= 1024 else { return "\(count) B" }
+        let (value, unit) = self.scaled(count)
+        return "\(self.fixed(value, digits: self.digits(for: value))) \(unit)"
+    }
+
+    /// `count` in the largest binary unit it reaches (up to PiB).
+    static func scaled(_ count: Int64) -> (value: Double, unit: String) {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
         var value = Double(count)
         var unit = 0
         while value >= 1024, unit < units.count - 1 {
             value /= 1024
             unit += 1
         }
-        let digits = value >= 100 ? 0 : (value >= 10 ? 1 : 2)
-        return "\(self.fixed(value, digits: digits)) \(units[unit])"
+        return (value, units[unit])
     }
+
+    /// Three significant digits: `1.50`, `12.3`, `123`.
+    static func digits(for value: Double) -> Int { value >= 100 ? 0 : (value >= 10 ? 1 : 2) }
 
     /// `value` (not negative) with `digits` decimals (0 to 2), rounded to the nearest, halves to even, as
     /// `String(format: "%.2f")` gives it, without its cost: a locale and a C format per call were half of the time
