@@ -124,7 +124,8 @@ public final class Batch: Sendable {
                 continuation.yield(.finished(report))
                 aftermath.finishedStreams.append(continuation)
             } else {
-                core.batches[id]?.events = EventOutlet(continuation)
+                let outlet = EventOutlet(continuation, holds: core.eventClock != nil)
+                core.batches[id]?.events = outlet
                 core.batches[id]?.eventSelection = selection
             }
             core.batches[id]?.eventStream = stream

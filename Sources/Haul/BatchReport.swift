@@ -19,9 +19,10 @@ public struct CompletedFile: Hashable, Sendable {
     /// spends a few microseconds less on each.
     public var filePath: String {
         switch self.location {
-        case .url(let url): url.path
+        case .url(let url): return url.path
         case .inFolder(let folder, let relativePath):
-            folder.path.hasSuffix("/") ? folder.path + relativePath : folder.path + "/" + relativePath
+            let folderPath = folder.path
+            return folderPath.hasSuffix("/") ? folderPath + relativePath : folderPath + "/" + relativePath
         }
     }
     /// Its size in bytes (0 for a deletion).

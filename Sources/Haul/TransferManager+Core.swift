@@ -1018,12 +1018,11 @@ extension TransferManager {
                 restarts: restarts
             )
             let byteCount: Int64? = if case .completed(let file) = result { file.byteCount } else { nil }
-            let holding = self.eventClock != nil
             let firstHeld = self.withBatch(batchID) { batch in
                 var firstHeld = false
                 if !emitted, batch.events != nil, batch.eventSelection.includes(.finished(result)) {
                     let event = TransferEvent(id: id, url: item.url, kind: .finished(result))
-                    firstHeld = batch.events!.send(.transfer(event), holding: holding)
+                    firstHeld = batch.events!.send(.transfer(event))
                 }
                 batch.items[index] = item
                 batch.settled[index] = true
@@ -1055,7 +1054,6 @@ extension TransferManager {
 
         private mutating func emitBatchProgress(_ batchID: BatchID, at now: ContinuousClock.Instant, force: Bool) {
             let interval = self.configuration.progressInterval
-            let holding = self.eventClock != nil
             let firstHeld = self.withBatch(batchID) { batch -> Bool in
                 guard !batch.isFinished, batch.events != nil, batch.eventSelection.includesProgress else {
                     return false
@@ -1063,7 +1061,7 @@ extension TransferManager {
                 guard force || (batch.lastProgressEvent.map { now - $0 >= interval } ?? true) else { return false }
                 batch.lastProgressEvent = now
                 let progress = BatchEvent.progressed(batch.tracker.snapshot(at: now))
-                return batch.events!.send(progress, holding: holding, supersedes: true)
+                return batch.events!.send(progress, supersedes: true)
             }
             if firstHeld == true { self.holdsEvents(ofBatch: batchID) }
         }
@@ -1117,19 +1115,14 @@ extension TransferManager {
             else { return }
             if let store = self.store { Self.persist(kind, attempts: attempts, id: id, to: store) }
             let event = TransferEvent(id: id, url: url, kind: kind)
-            let holding = self.eventClock != nil
-            if !self.subscribers.isEmpty {
-                for index in self.subscribers.indices {
-                    guard self.subscribers.values[index].send(event, holding: holding) else { continue }
-                    self.holdingSubscribers.append(self.subscribers.keys[index])
-                    self.scheduleRelease()
-                }
+            for index in self.subscribers.indices where self.subscribers.values[index].send(event) {
+                self.holdingSubscribers.append(self.subscribers.keys[index])
+                self.scheduleRelease()
             }
             if !self.observers.isEmpty { self.observers.post(event) }
             for batchID in batches {
                 let firstHeld = self.withBatch(batchID) { batch in
-                    batch.eventSelection.includes(kind)
-                        && batch.events?.send(.transfer(event), holding: holding) == true
+                    batch.eventSelection.includes(kind) && batch.events?.send(.transfer(event)) == true
                 }
                 if firstHeld == true { self.holdsEvents(ofBatch: batchID) }
             }

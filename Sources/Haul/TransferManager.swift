@@ -530,7 +530,7 @@ public final class TransferManager: Sendable {
             guard !core.isShutDown else { return false }
             let key = core.nextSubscriberID
             core.nextSubscriberID += 1
-            core.subscribers[key] = EventOutlet(continuation)
+            core.subscribers[key] = EventOutlet(continuation, holds: core.eventClock != nil)
             continuation.onTermination = { [weak self] _ in
                 _ = self?.core.withLockedValue { $0.subscribers.removeValue(forKey: key) }
             }

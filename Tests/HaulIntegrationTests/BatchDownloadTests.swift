@@ -190,29 +190,19 @@ struct BatchDownloadTests {
     }
 
     @Test func aStreamOfResultsCarriesEveryTransfersLastEventButNoProgress() async throws {
-        let body = FaultInjectingServer.body(size: 200_000, seed: 3)
-        let resource = FaultInjectingServer.Resource(body: body, chunkSize: 20_000, chunkDelay: .milliseconds(2))
-        try await FaultInjectingServer.withServer(resources: ["/a": resource, "/b": resource]) { server in
-            try await withTemporaryDirectory { folder in
-                let events = try await TransferManager.batchEvents(
-                    .results,
-                    downloading: ["/a", "/missing", "/b"].map { server.url($0) },
-                    into: folder
-                )
-                var results: [String: TransferState] = [:]
-                for event in events.dropLast() {
-                    guard case .transfer(let transfer) = event, case .finished(let result) = transfer.kind else {
-                        Issue.record("not a result: \(event)")
-                        continue
-                    }
-                    results[transfer.url.path] = result.state
-                }
-                #expect(results == ["/a": .completed, "/missing": .failed, "/b": .completed])
-                guard case .finished = events.last else {
-                    Issue.record("the stream does not end with the batch's report")
-                    return
-                }
+        let events = try await TransferManager.batchEventsOfTwoSlowFilesAndAMissingOne(.results)
+        var results: [String: TransferState] = [:]
+        for event in events.dropLast() {
+            guard case .transfer(let transfer) = event, case .finished(let result) = transfer.kind else {
+                Issue.record("not a result: \(event)")
+                continue
             }
+            results[transfer.url.path] = result.state
+        }
+        #expect(results == ["/a": .completed, "/missing": .failed, "/b": .completed])
+        guard case .finished = events.last else {
+            Issue.record("the stream does not end with the batch's report")
+            return
         }
     }
 

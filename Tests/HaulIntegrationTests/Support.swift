@@ -70,6 +70,25 @@ extension TransferManager {
     }
 }
 
+extension TransferManager {
+    /// The events of `selection` in a batch of three downloads, `/a`, `/missing` (a 404) and `/b`, from a server that
+    /// sends `/a` and `/b` slowly enough (300 KB in 10 KB chunks, 5 ms apart) for each to report progress.
+    static func batchEventsOfTwoSlowFilesAndAMissingOne(_ selection: BatchEvent.Selection) async throws -> [BatchEvent]
+    {
+        let body = FaultInjectingServer.body(size: 300_000, seed: 4)
+        let resource = FaultInjectingServer.Resource(body: body, chunkSize: 10_000, chunkDelay: .milliseconds(5))
+        return try await FaultInjectingServer.withServer(resources: ["/a": resource, "/b": resource]) { server in
+            try await withTemporaryDirectory { folder in
+                try await Self.batchEvents(
+                    selection,
+                    downloading: ["/a", "/missing", "/b"].map { server.url($0) },
+                    into: folder
+                )
+            }
+        }
+    }
+}
+
 extension Batch {
     /// Waits for the first event of the batch that satisfies `predicate`.
     func firstEvent(where predicate: (BatchEvent) -> Bool) async -> BatchEvent? {

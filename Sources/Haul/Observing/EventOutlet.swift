@@ -10,21 +10,24 @@ import NIOPosix
 /// state, under its lock, so held events keep their order with those yielded at once.
 struct EventOutlet<Element: Sendable>: Sendable {
     let continuation: AsyncStream<Element>.Continuation
+    /// Whether events are held until a release (a manager with an ``EventDeliveryClock``), or yielded as they come.
+    let holds: Bool
     private var held: [Element] = []
     /// Where the held event that a newer one supersedes is (a batch's progress: only the latest counts).
     private var supersededIndex: Int?
 
-    init(_ continuation: AsyncStream<Element>.Continuation) {
+    init(_ continuation: AsyncStream<Element>.Continuation, holds: Bool) {
         self.continuation = continuation
+        self.holds = holds
     }
 
-    /// Yields `element`, or holds it when `holding`; returns whether it is the first event held (the caller then
-    /// makes sure a delivery is due).
+    /// Yields `element`, or holds it when the outlet ``holds``; returns whether it is the first event held (the caller
+    /// then makes sure a delivery is due).
     ///
     /// An event that `supersedes` takes the place of the one held before it that did (which is dropped): the stream
     /// gets the latest snapshot once, after the events that came before it.
-    mutating func send(_ element: Element, holding: Bool, supersedes: Bool = false) -> Bool {
-        guard holding else {
+    mutating func send(_ element: Element, supersedes: Bool = false) -> Bool {
+        guard self.holds else {
             self.continuation.yield(element)
             return false
         }
@@ -54,8 +57,7 @@ final class EventDeliveryClock: Sendable {
     private let release = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
 
     init(interval: Duration, group: any EventLoopGroup) {
-        let (seconds, attoseconds) = interval.components
-        self.interval = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        self.interval = .nanoseconds(interval.nanoseconds)
         self.group = group
     }
 
