@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 
 @testable import Haul
@@ -18,6 +19,25 @@ struct SpinningLockedBoxTests {
         let values = box.withLockedValue { $0 }
         #expect(values.count == 16_000)
         #expect(Set(values).count == 16_000)
+    }
+
+    @Test func aThreadWaitingLongerThanItSpinsSleepsUntilTheHolderReleases() {
+        // The holder keeps the lock far longer than the spin lasts (1,000 pauses, microseconds): the waiter falls back
+        // to sleeping in the kernel and takes the lock only after the holder's whole change.
+        let box = SpinningLockedBox([String]())
+        let holding = DispatchSemaphore(value: 0)
+        let holder = Thread {
+            box.withLockedValue { log in
+                holding.signal()
+                log.append("holder took it")
+                Thread.sleep(forTimeInterval: 0.05)
+                log.append("holder let it go")
+            }
+        }
+        holder.start()
+        holding.wait()
+        box.withLockedValue { $0.append("waiter took it") }
+        #expect(box.withLockedValue { $0 } == ["holder took it", "holder let it go", "waiter took it"])
     }
 
     @Test func aThrowingBodyLeavesItsChangeAndTheLockFree() {

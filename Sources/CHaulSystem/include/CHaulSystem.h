@@ -68,4 +68,14 @@ int haul_sqlite_create_unsynced(const char *path, const char *schema);
 /// default mutex. Returns pthread_mutex_init's result.
 int haul_mutex_init_spinning(pthread_mutex_t *mutex);
 
+/// How many times haul_mutex_lock_spinning pauses the processor (x86's `pause`, ARM's `yield`) at most, looking at the
+/// mutex after each, before it sleeps in the kernel.
+#define HAUL_MUTEX_SPIN_LIMIT 1000
+
+/// Locks `mutex` (made by haul_mutex_init_spinning): at once when it is free; while another thread holds it, watches
+/// it for up to HAUL_MUTEX_SPIN_LIMIT pauses and takes it as it comes free; after those, sleeps in the kernel as
+/// pthread_mutex_lock does. glibc's adaptive mutex alone spins 100 pauses at most: too few for the manager's lock
+/// (see SpinningLockedBox). Elsewhere than glibc, pthread_mutex_lock.
+void haul_mutex_lock_spinning(pthread_mutex_t *mutex);
+
 #endif

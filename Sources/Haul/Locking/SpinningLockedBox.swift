@@ -8,9 +8,15 @@ import Musl
 import Darwin
 #endif
 
-/// A value behind a mutex whose contended lock spins for a while before its thread sleeps in the kernel: glibc's
-/// adaptive mutex on Linux, a default mutex elsewhere. For a lock taken very often for a few microseconds at a time
-/// by a few threads, where sleeping and being woken costs more than the wait (``TransferManager``'s state).
+/// A value behind a mutex whose contended lock spins for a while before its thread sleeps in the kernel
+/// (`haul_mutex_lock_spinning`: up to 1,000 pauses on glibc; a default mutex elsewhere). For a lock taken very often
+/// for a few microseconds at a time by a few threads, where sleeping and being woken costs more than the wait
+/// (``TransferManager``'s state).
+///
+/// glibc's adaptive mutex alone spins at most 100 pauses, which the manager's lock outlasted: on 2,000 small files
+/// with a store, the two event loops, finishing files in bursts as the store's commits come back, slept on it and
+/// woke each other about 1,950 times a run (one `futex` wake per file). Spinning up to 1,000 pauses: 822 futex calls,
+/// context switches 1,964 → 1,240, wall time 0.879 of before (16 rounds, tmpfs; 0.861 without the store).
 final class SpinningLockedBox<Value> {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     /// Behind a pointer rather than a stored `var`: a class's stored property passed `inout` is checked for
@@ -34,7 +40,7 @@ final class SpinningLockedBox<Value> {
 
     /// Runs `body` with the value, the mutex held.
     func withLockedValue<T, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
-        pthread_mutex_lock(self.mutex)
+        haul_mutex_lock_spinning(self.mutex)
         defer { pthread_mutex_unlock(self.mutex) }
         return try body(&self.value.pointee)
     }
