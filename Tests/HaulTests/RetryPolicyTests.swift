@@ -116,6 +116,20 @@ struct RedirectTests {
         return HTTPTransport(client: HTTPClient.shared, configuration: configuration)
     }
 
+    @Test func followsSeeOtherStatusesOnlyAfterAGetAndTemporaryOrPermanentOnesAfterAny() {
+        for status: UInt in [301, 302, 303] {
+            #expect(HTTPTransport.follows(status, after: .GET))
+            #expect(!HTTPTransport.follows(status, after: .PUT))
+        }
+        for status: UInt in [307, 308] {
+            #expect(HTTPTransport.follows(status, after: .GET))
+            #expect(HTTPTransport.follows(status, after: .DELETE))
+        }
+        for status: UInt in [200, 204, 300, 304, 305, 306, 404] {
+            #expect(!HTTPTransport.follows(status, after: .GET))
+        }
+    }
+
     @Test func resolvesRelativeLocationsAndKeepsSecretsWithinTheOrigin() throws {
         var visited: Set<String> = []
         let hop = try self.transport().nextHop(

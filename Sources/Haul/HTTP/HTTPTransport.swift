@@ -169,15 +169,16 @@ struct HTTPTransport: Sendable {
         leaving: (Response) -> Void
     ) async throws -> Response {
         try Self.checkScheme(of: url, redirected: false)
-        let followed: Set<UInt> = method == .GET ? [301, 302, 303, 307, 308] : [307, 308]
         var current = url
         var headers = headers
-        var visited: Set<String> = [url.absoluteString]
+        // The URLs met so far, from the first redirect on: most requests have none, and need no set.
+        var visited: Set<String> = []
         var redirects = 0
         while true {
             let (response, status, location) = try await exchange(current, headers)
-            guard followed.contains(status), let location else { return response }
+            guard Self.follows(status, after: method), let location else { return response }
             leaving(response)
+            if visited.isEmpty { visited.insert(url.absoluteString) }
             let hop = try self.nextHop(
                 from: current,
                 location: location,
@@ -188,6 +189,16 @@ struct HTTPTransport: Sendable {
             if hop.dropsSecrets { headers.removeAll { self.secretHeaderNames.contains($0.name.lowercased()) } }
             redirects += 1
             current = hop.target
+        }
+    }
+
+    /// Whether a response of `status` to `method` is a redirect to follow: 301, 302 and 303 after a GET (another
+    /// method would become a GET), 307 and 308 after any.
+    static func follows(_ status: UInt, after method: HTTPMethod) -> Bool {
+        switch status {
+        case 307, 308: true
+        case 301, 302, 303: method == .GET
+        default: false
         }
     }
 
