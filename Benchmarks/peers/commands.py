@@ -2,7 +2,7 @@
 """Any commands against each other, interleaved, each writing into a fresh folder: which is faster, and by how much?
 
 Usage:
-    Benchmarks/peers/commands.py ROUNDS [--out DIR] [--prefault MIB] NAME=COMMAND [NAME=COMMAND ...]
+    Benchmarks/peers/commands.py ROUNDS [--out DIR] [--prefault MIB] [--sync] NAME=COMMAND [NAME=COMMAND ...]
 
 Each COMMAND runs through the shell with `{dir}` replaced by an empty output folder (DIR, default /dev/shm/haul-commands,
 made afresh before every run) and that folder as its working directory. Each round starts one command further on, so
@@ -56,6 +56,11 @@ def main() -> None:
     parser.add_argument("--out", default="/dev/shm/haul-commands")
     parser.add_argument("--prefault", type=int, default=256, help="MiB touched and freed before each run")
     parser.add_argument("--serve", metavar="ROOT", help="serve compare.py's corpora under ROOT/www for the run")
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="write the page cache's dirty data back before each run, outside its time (as compare.py does)",
+    )
     options = parser.parse_args()
     nginx = None
     if options.serve:
@@ -92,6 +97,9 @@ def run(options, nginx) -> None:
                 else:
                     os.rename(options.out, f"{options.out}.old.{time.time_ns()}")
             os.makedirs(options.out)
+            if options.sync:
+                # The last run's gigabytes still being written back would slow this one.
+                subprocess.call(["sync"])
             prefault(options.prefault << 20)
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
