@@ -21,7 +21,7 @@ struct SpinningLockedBoxTests {
         #expect(Set(values).count == 16_000)
     }
 
-    @Test func aThreadWaitingLongerThanItSpinsSleepsUntilTheHolderReleases() {
+    @Test func aThreadWaitingLongerThanItSpinsTakesTheLockOnlyAfterTheHolderReleasesIt() {
         // The holder keeps the lock far longer than the spin lasts (1,000 pauses, microseconds): the waiter falls back
         // to sleeping in the kernel and takes the lock only after the holder's whole change.
         let box = SpinningLockedBox([String]())
