@@ -224,6 +224,8 @@ extension TransferManager {
         /// a URL's path costs a microsecond or two, once per plan and twice per stored row.
         var folderPaths = LastPath()
         var storedPaths = LastPath()
+        /// The last request's origin: a batch's transfers share it (see ``LastOrigin``).
+        var lastOrigin = LastOrigin()
         /// Where new observers go to get a delivery task.
         let deliveries: AsyncStream<ObserverMailbox>.Continuation
         /// The observers of every transfer, and those of one transfer, by token.
@@ -326,7 +328,13 @@ extension TransferManager {
                 // It failed, was cancelled or skipped: a new submission starts it afresh.
                 self.finished[request.id] = nil
             }
-            guard var newRecord = Self.makeRecord(for: request, configuration: self.configuration) else {
+            guard
+                var newRecord = Self.makeRecord(
+                    for: request,
+                    configuration: self.configuration,
+                    origins: &self.lastOrigin
+                )
+            else {
                 let error = HaulError(
                     .invalidRequest,
                     "Only http and https URLs with a host are supported: \(request.url.absoluteString)"
@@ -438,11 +446,12 @@ extension TransferManager {
             }
         }
 
-        static func makeRecord(for request: TransferRequest, configuration: Configuration) -> Record? {
-            guard let scheme = request.url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-                let host = request.url.host, !host.isEmpty
-            else { return nil }
-            let hostKey = "\(scheme)://\(host.lowercased()):\(request.url.port ?? (scheme == "https" ? 443 : 80))"
+        static func makeRecord(
+            for request: TransferRequest,
+            configuration: Configuration,
+            origins: inout LastOrigin
+        ) -> Record? {
+            guard let hostKey = origins.origin(of: request.url) else { return nil }
             guard request.isDownload else {
                 // Uploads and deletions write nothing locally: no folder, no names, no partial file.
                 return Record(

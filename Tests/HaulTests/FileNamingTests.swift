@@ -212,6 +212,22 @@ struct DerivedIdentifierTests {
         #expect(TransferID.derived(url: "https://example.com/é x", destination: "").rawValue == "a341c6ed00efc95d")
     }
 
+    @Test func aRequestsIdentifierNamesItsOwnDestinationWhenRequestsAlternateBetweenFolders() {
+        // The last destination's path is kept for the next request: each request must still get its own.
+        let url = URL(string: "https://example.com/a.jpg")!
+        let (photos, other) = (URL(filePath: "/tmp/photos/"), URL(filePath: "/tmp/other"))
+        let identifiers = [photos, photos, other, photos, other, other].map { TransferRequest(url: url, into: $0).id }
+        let expected = [photos, photos, other, photos, other, other].map {
+            TransferID.derived(url: url.absoluteString, destination: "folder:" + $0.standardizedFilePath)
+        }
+        #expect(identifiers == expected)
+        #expect(identifiers[0].rawValue == "202217891a3d3dd1")
+        #expect(identifiers[0] != identifiers[2])
+        let file = TransferRequest(url: url, destination: .file(URL(filePath: "/tmp/photos"))).id
+        #expect(file == TransferID.derived(url: url.absoluteString, destination: "file:/tmp/photos"))
+        #expect(file != identifiers[0])
+    }
+
     @Test func aChosenIdentifierWithTheSameTextIsTheSameIdentifier() {
         let derived = TransferID.derived(url: "https://example.com/a.jpg", destination: "folder:/tmp/photos")
         let chosen = TransferID("202217891a3d3dd1")

@@ -152,3 +152,39 @@ struct ResponseStreamTests {
         #expect(prefix, "the file is what was sent before the cut")
     }
 }
+
+@Suite("The origin a transfer counts against")
+struct LastOriginTests {
+    @Test func isTheSchemeHostAndPortWithTheDefaultPortFilledIn() {
+        var origins = LastOrigin()
+        #expect(origins.origin(of: URL(string: "http://Example.COM/a.jpg")!) == "http://example.com:80")
+        #expect(origins.origin(of: URL(string: "HTTPS://example.com/a.jpg")!) == "https://example.com:443")
+        #expect(origins.origin(of: URL(string: "http://127.0.0.1:8080/a?b#c")!) == "http://127.0.0.1:8080")
+        #expect(origins.origin(of: URL(string: "http://user:secret@example.com")!) == "http://example.com:80")
+    }
+
+    @Test func isAskedAgainWhenTheNextURLsAuthorityDiffers() {
+        // Each URL after the first tried against the one before it: the same host on another port, another scheme,
+        // another host whose name starts like the last one's, and back.
+        let urls = [
+            ("http://a.example:1/x", "http://a.example:1"),
+            ("http://a.example:1/y", "http://a.example:1"),
+            ("http://a.example:2/x", "http://a.example:2"),
+            ("https://a.example:2/x", "https://a.example:2"),
+            ("https://a.example.org:2/x", "https://a.example.org:2"),
+            ("https://a.example:2?q", "https://a.example:2"),
+            ("http://a.example:1#f", "http://a.example:1"),
+        ]
+        var origins = LastOrigin()
+        for (url, origin) in urls { #expect(origins.origin(of: URL(string: url)!) == origin, "\(url)") }
+    }
+
+    @Test func isNoneForASchemeOtherThanHTTPOrAURLWithoutAHost() {
+        var origins = LastOrigin()
+        #expect(origins.origin(of: URL(string: "http://example.com/a")!) == "http://example.com:80")
+        #expect(origins.origin(of: URL(string: "ftp://example.com/a")!) == nil)
+        #expect(origins.origin(of: URL(string: "file:///tmp/a")!) == nil)
+        #expect(origins.origin(of: URL(string: "http:/a")!) == nil)
+        #expect(origins.origin(of: URL(string: "http://example.com/b")!) == "http://example.com:80")
+    }
+}

@@ -283,11 +283,13 @@ struct HTTPTransport: Sendable {
 
     /// Whether two URLs share scheme, host and port (RFC 6454), with default ports filled in.
     static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
-        func origin(_ url: URL) -> String {
-            let scheme = url.scheme?.lowercased() ?? ""
-            return "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
-        }
-        return origin(a) == origin(b)
+        self.origin(a, scheme: a.scheme?.lowercased() ?? "") == self.origin(b, scheme: b.scheme?.lowercased() ?? "")
+    }
+
+    /// `scheme://host:port`, the host in lower case and the scheme's default port filled in: the key of the
+    /// per-host limit, and what ``sameOrigin(_:_:)`` compares.
+    static func origin(_ url: URL, scheme: String) -> String {
+        "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
     }
 
     /// The Haul error for an error thrown by the client or by a body iteration.
@@ -335,5 +337,50 @@ extension Duration {
         let (seconds, attoseconds) = self.components
         let (product, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
         return overflow ? .max : product + attoseconds / 1_000_000_000
+    }
+}
+
+/// A one-entry cache of the origin of the last URL asked (``HTTPTransport/origin(_:scheme:)``): a batch's transfers
+/// mostly share one, and building it asks the URL for its scheme, host and port, about 3,800 instructions a request
+/// (`callgrind`, 2,000 URLs). The URL's text up to the end of its authority is compared instead, byte for byte: the
+/// same text names the same scheme, host and port.
+struct LastOrigin: Sendable {
+    private var last: (authority: [UInt8], origin: String)?
+
+    /// The origin of an http or https URL with a host; `nil` for any other URL.
+    mutating func origin(of url: URL) -> String? {
+        var text = url.absoluteString
+        // The URL's authority when it is not the last one's (`[]` when it is, `nil` when the text has none).
+        let authority = text.withUTF8 { bytes -> [UInt8]? in
+            guard let length = Self.authorityLength(bytes) else { return nil }
+            if let last = self.last, last.authority.count == length,
+                last.authority.withUnsafeBufferPointer({ memcmp($0.baseAddress!, bytes.baseAddress!, length) == 0 })
+            {
+                return []
+            }
+            return Array(bytes[..<length])
+        }
+        if let authority, authority.isEmpty, let last { return last.origin }
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+            let host = url.host, !host.isEmpty
+        else { return nil }
+        let origin = HTTPTransport.origin(url, scheme: scheme)
+        if let authority, !authority.isEmpty { self.last = (authority, origin) }
+        return origin
+    }
+
+    /// How many bytes of a URL's text run through its authority: the scheme, `://`, and what follows up to the first
+    /// `/`, `?` or `#` (or the end); `nil` when the first `:` is not followed by `//`.
+    static func authorityLength(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), colon + 2 < bytes.count,
+            bytes[colon + 1] == UInt8(ascii: "/"), bytes[colon + 2] == UInt8(ascii: "/")
+        else { return nil }
+        var end = colon + 3
+        while end < bytes.count, bytes[end] != UInt8(ascii: "/"), bytes[end] != UInt8(ascii: "?"),
+            bytes[end] != UInt8(ascii: "#")
+        {
+            end += 1
+        }
+        return end
     }
 }
