@@ -456,6 +456,23 @@ struct TransferStoreTests {
         #expect(try !TransferStore(path: path).holdsNoTransfers, "a store that was there may hold transfers")
     }
 
+    @Test func eachStatementHasANumberOfItsOwnAndATextOfItsOwn() {
+        // A transaction finds its statements again by number (StoreStatements): two sharing one would run each other.
+        #expect(SQLText.all.map(\.number).sorted() == Array(0..<SQLText.count))
+        #expect(Set(SQLText.all.map(\.text)).count == SQLText.count)
+    }
+
+    @Test func aTransactionFindsEachStatementAgainByItsNumber() throws {
+        let store = try TransferStore()
+        try store.database.write { db in
+            var statements = StoreStatements()
+            let first = try statements.statement(SQLText.publishing, in: db)
+            #expect(try statements.statement(SQLText.publishing, in: db) === first)
+            #expect(try statements.statement(SQLText.completed, in: db) !== first)
+            #expect(try statements.statement(SQLText.completed, in: db).sql.contains("state = 'completed'"))
+        }
+    }
+
     @Test func insertsARunOfRowsInBulkAndLeasesThemAsOneAtATimeWould() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
@@ -463,10 +480,12 @@ struct TransferStoreTests {
         let ids = (0..<41).map { String(format: "r%02d", $0) }
         try store.apply(owner: "B", [.insertItem(batchID: batch, position: 99, row: self.row("r35"))])
         let leased = try store.database.write { db in
-            try StoreOperation.applyInserts(
+            var statements = StoreStatements()
+            return try StoreOperation.applyInserts(
                 ids.enumerated().map { .insertItem(batchID: batch, position: $0, row: self.row($1)) }[...],
                 db,
-                owner: "A"
+                owner: "A",
+                statements: &statements
             )
         }
         let rows = try store.rows(inBatch: batch)
@@ -512,7 +531,8 @@ struct TransferStoreTests {
             ]
         }
         let leased = try store.database.write { db in
-            try StoreOperation.applyInserts(operations[...], db, owner: "A")
+            var statements = StoreStatements()
+            return try StoreOperation.applyInserts(operations[...], db, owner: "A", statements: &statements)
         }
         // c00-c07 in one statement, the rest one at a time.
         #expect(leased.map(\.rawValue) == Array(ids[0..<10]))

@@ -256,6 +256,7 @@ package final class StoreWriter: Sendable {
             let result = Result { () throws -> Set<TransferID> in
                 try Self.inImmediateTransaction(db) {
                     var leased: Set<TransferID> = []
+                    var statements = StoreStatements()
                     for job in jobs {
                         // By index: iterating would copy each operation (a row's dozen strings) out of the array.
                         var index = job.operations.startIndex
@@ -266,11 +267,13 @@ package final class StoreWriter: Sendable {
                             while end < job.operations.endIndex, job.operations[end].runsWithInserts { end += 1 }
                             if end - index >= StoreOperation.bulkInsertRows.last! {
                                 let run = job.operations[index..<end]
-                                leased.formUnion(try StoreOperation.applyInserts(run, db, owner: owner))
+                                leased.formUnion(
+                                    try StoreOperation.applyInserts(run, db, owner: owner, statements: &statements)
+                                )
                                 index = end
                                 continue
                             }
-                            if try job.operations[index].apply(db, owner: owner),
+                            if try job.operations[index].apply(db, owner: owner, statements: &statements),
                                 let id = job.operations[index].insertedID
                             {
                                 leased.insert(id)

@@ -214,30 +214,30 @@ package enum StoreOperation: Sendable {
     /// - Returns: whether the operation gave `owner` the transfer's lease: an inserted row in state `waiting` is
     ///   leased to its inserter at once (when no one else holds it), so that starting it needs no claim of its own.
     @discardableResult
-    func apply(_ db: Database, owner: String) throws -> Bool {
+    func apply(_ db: Database, owner: String, statements: inout StoreStatements) throws -> Bool {
         let now = Date().timeIntervalSince1970
         switch self {
         case .insertItem(let batchID, let position, let row):
             let leases = row.state == TransferState.waiting.description
-            try db.run(SQLText.insert[0]) { bind in
+            try db.run(SQLText.insert[0], &statements) { bind in
                 bind.insertValues(of: row, owner: owner, now: now)
                 bind.mine(owner, now)
             }
             let leased = leases && db.changesCount > 0
-            try db.run(SQLText.batchItem) { bind in
+            try db.run(SQLText.batchItem, &statements) { bind in
                 bind.bind(batchID.rawValue)
                 bind.bind(position)
                 bind.bind(row.id)
             }
             return leased
         case .joinBatch(let batchID, let position, let id):
-            try db.run(SQLText.batchItem) { bind in
+            try db.run(SQLText.batchItem, &statements) { bind in
                 bind.bind(batchID.rawValue)
                 bind.bind(position)
                 bind.bind(id.rawValue)
             }
         case .reopen(let id, let completedAt, let staleHolder):
-            try db.run(SQLText.reopen) { bind in
+            try db.run(SQLText.reopen, &statements) { bind in
                 bind.bind(id.rawValue)
                 bind.bind(completedAt)
                 bind.bind(now)
@@ -246,7 +246,7 @@ package enum StoreOperation: Sendable {
         case .state(let id, let state, let attempts):
             // Waiting keeps the lease the insert took (see ``insertItem``); running renews nothing here either.
             let releases = state != .running && state != .waiting
-            try db.run(releases ? SQLText.stateReleasingLease : SQLText.state) { bind in
+            try db.run(releases ? SQLText.stateReleasingLease : SQLText.state, &statements) { bind in
                 bind.bind(state.description)
                 bind.bind(attempts)
                 bind.bind(now)
@@ -255,7 +255,7 @@ package enum StoreOperation: Sendable {
                 bind.mine(owner, now)
             }
         case .validator(let id, let etag, let lastModified, let totalSize):
-            try db.run(SQLText.validator) { bind in
+            try db.run(SQLText.validator, &statements) { bind in
                 bind.bind(etag)
                 bind.bind(lastModified)
                 bind.bind(totalSize)
@@ -265,7 +265,7 @@ package enum StoreOperation: Sendable {
             }
         case .checkpoint(let id, let bytes):
             // A checkpoint also renews the lease.
-            try db.run(SQLText.checkpoint) { bind in
+            try db.run(SQLText.checkpoint, &statements) { bind in
                 bind.bind(bytes)
                 bind.bind(now)
                 bind.bind(now + TransferStore.leaseDuration)
@@ -273,7 +273,7 @@ package enum StoreOperation: Sendable {
                 bind.bind(owner)
             }
         case .completed(let id, let file, let modified):
-            try db.run(SQLText.completed) { bind in
+            try db.run(SQLText.completed, &statements) { bind in
                 bind.bind(file.byteCount)
                 bind.bind(file.byteCount)
                 bind.bind(file.path.path)
@@ -286,7 +286,7 @@ package enum StoreOperation: Sendable {
                 bind.mine(owner, now)
             }
         case .publishing(let id, let finalPath, let size, let sha256, let modified):
-            try db.run(SQLText.publishing) { bind in
+            try db.run(SQLText.publishing, &statements) { bind in
                 bind.bind(size)
                 bind.bind(size)
                 bind.bind(finalPath)
@@ -300,12 +300,12 @@ package enum StoreOperation: Sendable {
                 bind.mine(owner, now)
             }
         case .releaseLease(let id, let holder):
-            try db.run(SQLText.releaseLease) { bind in
+            try db.run(SQLText.releaseLease, &statements) { bind in
                 bind.bind(id.rawValue)
                 bind.bind(holder)
             }
         case .failed(let id, let error, let attempts):
-            try db.run(SQLText.failed) { bind in
+            try db.run(SQLText.failed, &statements) { bind in
                 bind.bind(error.code.description)
                 bind.bind(error.message)
                 bind.bind(error.httpStatus)
@@ -316,7 +316,7 @@ package enum StoreOperation: Sendable {
                 bind.mine(owner, now)
             }
         case .listComplete(let batchID):
-            try db.run(SQLText.listComplete) { bind in bind.bind(batchID.rawValue) }
+            try db.run(SQLText.listComplete, &statements) { bind in bind.bind(batchID.rawValue) }
         }
         return false
     }
@@ -331,13 +331,21 @@ package enum StoreOperation: Sendable {
     static func applyInserts(
         _ operations: ArraySlice<StoreOperation>,
         _ db: Database,
-        owner: String
+        owner: String,
+        statements: inout StoreStatements
     ) throws -> [TransferID] {
         if operations.contains(where: { !$0.isInsert }) {
             // Each reopening before the inserts, then the inserts in bulk: a reopening concerns its own transfer's
             // row only, and comes before that row's insert either way.
-            for operation in operations where !operation.isInsert { try operation.apply(db, owner: owner) }
-            return try Self.applyInserts(ArraySlice(operations.filter(\.isInsert)), db, owner: owner)
+            for operation in operations where !operation.isInsert {
+                try operation.apply(db, owner: owner, statements: &statements)
+            }
+            return try Self.applyInserts(
+                ArraySlice(operations.filter(\.isInsert)),
+                db,
+                owner: owner,
+                statements: &statements
+            )
         }
         var leased: [TransferID] = []
         var start = operations.startIndex
@@ -345,7 +353,7 @@ package enum StoreOperation: Sendable {
             while operations.endIndex - start >= size {
                 let chunk = operations[start..<(start + size)]
                 let now = Date().timeIntervalSince1970
-                try db.run(SQLText.insert[level + 1]) { bind in
+                try db.run(SQLText.insert[level + 1], &statements) { bind in
                     for index in chunk.indices {
                         guard case .insertItem(_, _, let row) = chunk[index] else { continue }
                         bind.insertValues(of: row, owner: owner, now: now)
@@ -361,7 +369,7 @@ package enum StoreOperation: Sendable {
                         }
                     }
                 }
-                try db.run(SQLText.batchItems[level]) { bind in
+                try db.run(SQLText.batchItems[level], &statements) { bind in
                     for index in chunk.indices {
                         guard case .insertItem(let batchID, let position, let row) = chunk[index] else { continue }
                         bind.bind(batchID.rawValue)
@@ -373,7 +381,9 @@ package enum StoreOperation: Sendable {
             }
         }
         for index in start..<operations.endIndex {
-            if try operations[index].apply(db, owner: owner), let id = operations[index].insertedID {
+            if try operations[index].apply(db, owner: owner, statements: &statements),
+                let id = operations[index].insertedID
+            {
                 leased.append(id)
             }
         }
@@ -446,8 +456,24 @@ extension StatementBinder {
     }
 }
 
+/// One of the store's statements: its text, and its number among them (its place in a ``StoreStatements``).
+struct StoreSQL: Sendable {
+    let number: Int
+    let text: String
+}
+
 /// The store's statements, built once: GRDB keeps them prepared by their text, so the text stays constant.
-private enum SQLText {
+enum SQLText {
+    /// How many statements there are (their numbers run from 0 to one less).
+    static let count = 16
+    /// Every statement, for the test that their numbers are each one's own.
+    static var all: [StoreSQL] {
+        insert + [batchItem] + batchItems + [
+            state, stateReleasingLease, validator, checkpoint, completed, publishing, releaseLease, reopen, failed,
+            listComplete,
+        ]
+    }
+
     /// A transfer this manager may write: its lease is this manager's, or free (or expired) on an unsettled row. Binds
     /// the owner, then now.
     static let mine = "(leaseOwner = ? OR ((leaseOwner IS NULL OR leaseExpires < ?) AND state != 'completed'))"
@@ -456,63 +482,101 @@ private enum SQLText {
 
     /// Inserts rows (one, then each of ``StoreOperation/bulkInsertRows``), each bound by
     /// ``StatementBinder/insertValues(of:owner:now:)``, then the two of ``mine``.
-    static let insert = ([1] + StoreOperation.bulkInsertRows).map { rows in
-        """
-        INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
-            usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-            bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner,
-            leaseExpires)
-        VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)", count: rows)
-            .joined(separator: ", "))
-        ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
-            checksum = excluded.checksum, expectedSize = excluded.expectedSize,
-            operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
-            updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner,
-            leaseExpires = excluded.leaseExpires
-        WHERE \(mine)
-        """
+    static let insert = ([1] + StoreOperation.bulkInsertRows).enumerated().map { number, rows in
+        StoreSQL(
+            number: number,
+            text: """
+                INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
+                    usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
+                    bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner,
+                    leaseExpires)
+                VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)", count: rows)
+                    .joined(separator: ", "))
+                ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
+                    checksum = excluded.checksum, expectedSize = excluded.expectedSize,
+                    operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
+                    updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner,
+                    leaseExpires = excluded.leaseExpires
+                WHERE \(mine)
+                """
+        )
     }
-    static let batchItem = "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)"
+    static let batchItem = StoreSQL(
+        number: 3,
+        text: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)"
+    )
     /// ``batchItem`` for each of ``StoreOperation/bulkInsertRows`` rows.
-    static let batchItems = StoreOperation.bulkInsertRows.map { rows in
-        "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES "
-            + Array(repeating: "(?, ?, ?)", count: rows).joined(separator: ", ")
+    static let batchItems = StoreOperation.bulkInsertRows.enumerated().map { level, rows in
+        StoreSQL(
+            number: 4 + level,
+            text: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES "
+                + Array(repeating: "(?, ?, ?)", count: rows).joined(separator: ", ")
+        )
     }
-    static let state = """
-        UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ? WHERE id = ? AND \(mine)
-        """
-    static let stateReleasingLease = """
-        UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
-        """
-    static let validator = """
-        UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)
-        """
-    static let checkpoint = """
-        UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?
-        """
-    static let completed = """
-        UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?,
-            finalSize = ?, finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL,
-            httpStatus = NULL, updatedAt = ?, \(release) WHERE id = ? AND \(mine)
-        """
-    static let publishing = """
-        UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?, finalSize = ?,
-            finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = ?,
-            leaseOwner = ?, leaseExpires = ? WHERE id = ? AND \(mine)
-        """
-    static let releaseLease =
-        "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?"
+    static let state = StoreSQL(
+        number: 6,
+        text: """
+            UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ? WHERE id = ? AND \(mine)
+            """
+    )
+    static let stateReleasingLease = StoreSQL(
+        number: 7,
+        text: """
+            UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
+            """
+    )
+    static let validator = StoreSQL(
+        number: 8,
+        text: """
+            UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)
+            """
+    )
+    static let checkpoint = StoreSQL(
+        number: 9,
+        text: """
+            UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?
+            """
+    )
+    static let completed = StoreSQL(
+        number: 10,
+        text: """
+            UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?,
+                finalSize = ?, finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL,
+                httpStatus = NULL, updatedAt = ?, \(release) WHERE id = ? AND \(mine)
+            """
+    )
+    static let publishing = StoreSQL(
+        number: 11,
+        text: """
+            UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?, finalSize = ?,
+                finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = ?,
+                leaseOwner = ?, leaseExpires = ? WHERE id = ? AND \(mine)
+            """
+    )
+    static let releaseLease = StoreSQL(
+        number: 12,
+        text: "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?"
+    )
     /// Binds the id, the `updatedAt` read, now, and the holder whose process is gone (or `NULL`).
-    static let reopen = """
-        UPDATE transfer SET state = 'waiting', leaseOwner = NULL, leaseExpires = NULL
-        WHERE id = ? AND state = 'completed' AND updatedAt = ?
-            AND (leaseOwner IS NULL OR leaseExpires < ? OR leaseOwner = ?)
-        """
-    static let failed = """
-        UPDATE transfer SET state = 'failed', errorCode = ?, errorMessage = ?, httpStatus = ?,
-            attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
-        """
-    static let listComplete = "UPDATE batch SET listComplete = 1 WHERE id = ?"
+    static let reopen = StoreSQL(
+        number: 13,
+        text: """
+            UPDATE transfer SET state = 'waiting', leaseOwner = NULL, leaseExpires = NULL
+            WHERE id = ? AND state = 'completed' AND updatedAt = ?
+                AND (leaseOwner IS NULL OR leaseExpires < ? OR leaseOwner = ?)
+            """
+    )
+    static let failed = StoreSQL(
+        number: 14,
+        text: """
+            UPDATE transfer SET state = 'failed', errorCode = ?, errorMessage = ?, httpStatus = ?,
+                attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
+            """
+    )
+    static let listComplete = StoreSQL(
+        number: 15,
+        text: "UPDATE batch SET listComplete = 1 WHERE id = ?"
+    )
 }
 
 extension Database {

@@ -446,7 +446,8 @@ public final class TransferStore: Sendable {
         guard !operations.isEmpty else { return }
         self.willWriteTransfers()
         try self.database.write { db in
-            for operation in operations { try operation.apply(db, owner: owner) }
+            var statements = StoreStatements()
+            for operation in operations { try operation.apply(db, owner: owner, statements: &statements) }
         }
     }
 }
