@@ -79,12 +79,7 @@ def run(options, nginx) -> None:
         if not separator or not name or not command:
             sys.exit(f"not NAME=COMMAND: {item}")
         if nginx:
-            for corpus, (count, _) in CORPORA.items():
-                if f"{{list:{corpus}}}" in command:
-                    if not os.path.exists(os.path.join(options.serve, "www", corpus, ".complete")):
-                        sys.exit(f"no {corpus} corpus under {options.serve}/www: run compare.py once first")
-                    path = write_list(options.serve, corpus, count, nginx.port)
-                    command = command.replace(f"{{list:{corpus}}}", path)
+            command = with_lists(command, options.serve, nginx.port)
         commands.append((name, command))
     on_tmpfs = options.out.startswith("/dev/shm/")
     samples: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name, _ in commands}
@@ -119,6 +114,17 @@ def run(options, nginx) -> None:
         wall, user, system, switches = (statistics.median(s[k] for s in samples[name]) for k in range(4))
         print(f"{name:<24} {wall * 1000:9.1f} {user * 1000:9.1f} {system * 1000:9.1f} {switches:9.0f}")
     print_ratios(commands, samples)
+
+
+def with_lists(command: str, root: str, port: int) -> str:
+    """`command` with each `{list:CORPUS}` replaced by the path of a URL list for that corpus of ROOT/www on `port`
+    (ROOT/lists/CORPUS.txt, written anew)."""
+    for corpus, (count, _) in CORPORA.items():
+        if f"{{list:{corpus}}}" in command:
+            if not os.path.exists(os.path.join(root, "www", corpus, ".complete")):
+                sys.exit(f"no {corpus} corpus under {root}/www: run compare.py once first")
+            command = command.replace(f"{{list:{corpus}}}", write_list(root, corpus, count, port))
+    return command
 
 
 def print_ratios(commands, samples) -> None:

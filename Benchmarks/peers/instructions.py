@@ -39,7 +39,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import CORPORA, Nginx, free_port, write_list  # noqa: E402
+from commands import with_lists  # noqa: E402
+from compare import Nginx, free_port  # noqa: E402
 
 
 def main() -> None:
@@ -70,11 +71,7 @@ def run(options, nginx, scratch: str) -> None:
         if not separator or not name or not command:
             sys.exit(f"not NAME=COMMAND: {item}")
         if nginx:
-            for corpus, (count, _) in CORPORA.items():
-                if f"{{list:{corpus}}}" in command:
-                    if not os.path.exists(os.path.join(options.serve, "www", corpus, ".complete")):
-                        sys.exit(f"no {corpus} corpus under {options.serve}/www: run compare.py once first")
-                    command = command.replace(f"{{list:{corpus}}}", write_list(options.serve, corpus, count, nginx.port))
+            command = with_lists(command, options.serve, nginx.port)
         words = shlex.split(command)
         program = shutil.which(words[0]) or sys.exit(f"{name}: no program {words[0]}")
         # Valgrind 3.19 gives up on DWARF 5; the symbols, which the report needs, stay.
