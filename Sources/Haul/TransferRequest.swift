@@ -78,21 +78,20 @@ public struct TransferRequest: Sendable {
 }
 
 extension TransferRequest.Destination {
-    /// The destination's path, as used in the derived identifier. The last one is kept: the requests of a list share
-    /// their folder, and a URL's path cost about 4,800 instructions a request (`callgrind`, 2,000 URLs).
+    /// The destination's path, as used in the derived identifier. The last folder's and the last file's are kept: the
+    /// requests of a list share their folder, and a URL's path cost about 4,800 instructions a request (`callgrind`,
+    /// 2,000 URLs).
     var path: String {
-        if let last = Self.last.withLockedValue({ $0 }), last.destination == self { return last.path }
-        let path =
-            switch self {
-            case .folder(let url): "folder:" + url.standardizedFilePath
-            case .file(let url): "file:" + url.standardizedFilePath
-            }
-        Self.last.withLockedValue { $0 = (self, path) }
-        return path
+        switch self {
+        case .folder(let url):
+            Self.lastPaths.withLockedValue { $0.folder.path(of: url) { "folder:" + $0.standardizedFilePath } }
+        case .file(let url):
+            Self.lastPaths.withLockedValue { $0.file.path(of: url) { "file:" + $0.standardizedFilePath } }
+        }
     }
 
-    /// The last destination whose ``path`` was asked, and its path (for every thread: requests are made on any).
-    private static let last = NIOLockedValueBox<(destination: Self, path: String)?>(nil)
+    /// The last folder and the last file whose ``path`` was asked (for every thread: requests are made on any).
+    private static let lastPaths = NIOLockedValueBox((folder: LastPath(), file: LastPath()))
 }
 
 extension URL {

@@ -465,8 +465,8 @@ struct StoreSQL: Sendable {
 /// The store's statements, built once: GRDB keeps them prepared by their text, so the text stays constant.
 enum SQLText {
     /// How many statements there are (their numbers run from 0 to one less).
-    static let count = 16
-    /// Every statement, for the test that their numbers are each one's own.
+    static let count = all.count
+    /// Every statement (their numbers are each one's own: a test checks it).
     static var all: [StoreSQL] {
         insert + [batchItem] + batchItems + [
             state, stateReleasingLease, validator, checkpoint, completed, publishing, releaseLease, reopen, failed,
