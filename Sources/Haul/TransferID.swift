@@ -52,17 +52,25 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
     }
 
     /// The form `text` is kept in: the number it spells when it is exactly 16 lower-case hex digits.
+    ///
+    /// Read through the text's contiguous UTF-8 (`withUTF8`): through `String.UTF8View`'s iterator, each of the
+    /// sixteen bytes was a call into the string's storage, about 700 instructions an identifier (`callgrind`), and the
+    /// store's writer reads one for every row it inserts.
     private static func storage(of text: String) -> Storage {
         guard text.utf8.count == 16 else { return .text(text) }
-        var value: UInt64 = 0
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = value << 4 | UInt64(byte - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): value = value << 4 | UInt64(byte - UInt8(ascii: "a") + 10)
-            default: return .text(text)
+        var copy = text
+        let value = copy.withUTF8 { bytes -> UInt64? in
+            var value: UInt64 = 0
+            for byte in bytes {
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): value = value << 4 | UInt64(byte - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): value = value << 4 | UInt64(byte - UInt8(ascii: "a") + 10)
+                default: return nil
+                }
             }
+            return value
         }
-        return .hex(value)
+        return value.map(Storage.hex) ?? .text(text)
     }
 
     /// The number the identifier's text spells when it is 16 lower-case hex digits, as every derived identifier's is

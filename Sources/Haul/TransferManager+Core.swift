@@ -362,13 +362,7 @@ extension TransferManager {
                     // Recorded in full already, and the file matches the record: only the batch is new.
                     self.store?.enqueue(.joinBatch(batchID: batchID, position: index, request.id))
                 } else {
-                    self.store?.enqueue(
-                        .insertItem(
-                            batchID: batchID,
-                            position: index,
-                            row: self.row(for: newRecord, state: .completed)
-                        )
-                    )
+                    self.store?.enqueue(self.insert(newRecord, state: .completed, as: index, of: batchID))
                     // Recorded in full: a file found through the publishing record of a killed process has no result
                     // yet.
                     self.store?.enqueue(.completed(request.id, completed, modified: completed.modificationTime))
@@ -390,9 +384,7 @@ extension TransferManager {
                         )
                     )
                 }
-                store.enqueue(
-                    .insertItem(batchID: batchID, position: index, row: self.row(for: newRecord, state: .waiting))
-                )
+                store.enqueue(self.insert(newRecord, state: .waiting, as: index, of: batchID))
             }
             let (expectedBytes, receivedBytes, host) = (
                 newRecord.expectedBytes, newRecord.receivedBytes, newRecord.host
@@ -1154,7 +1146,7 @@ extension TransferManager.Core {
         to store: StoreWriter
     ) {
         switch kind {
-        case .queued: break  // the row was just inserted as waiting (``StoreOperation/insertItem``)
+        case .queued: break  // the row was just inserted as waiting (``StoreOperation/insert(_:)``)
         case .resumed: store.enqueue(.state(id, .waiting, attempts: attempts))
         case .started: break  // with the first checkpoint (``Record/unsavedStart``)
         case .paused: store.enqueue(.state(id, .paused, attempts: attempts))
@@ -1182,6 +1174,18 @@ extension TransferManager.Core {
     }
 
     /// The store's row for a record.
+    /// The operation that inserts `record`'s row in `state` as item `position` of `batchID`, with the record's
+    /// identifier as it is (not read again from the row's text).
+    mutating func insert(
+        _ record: TransferManager.Record,
+        state: TransferState,
+        as position: Int,
+        of batchID: BatchID
+    ) -> StoreOperation {
+        let row = self.row(for: record, state: state)
+        return .insert(InsertedRow(batchID: batchID, position: position, row: row, id: record.request.id))
+    }
+
     mutating func row(for record: TransferManager.Record, state: TransferState) -> TransferRow {
         let secret = self.configuration.secretHeaderNames
         let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }

@@ -239,10 +239,11 @@ struct DerivedIdentifierTests {
     }
 
     @Test func textThatIsNotSixteenLowerCaseHexDigitsIsKeptAsItIs() {
-        // Upper case, one digit more or less, a letter past f, other text: each its own identifier, text unchanged.
+        // Upper case, one digit more or less, a letter past f, other text (sixteen bytes of UTF-8 in eight
+        // characters too): each its own identifier, text unchanged.
         let texts = [
             "202217891A3D3DD1", "202217891a3d3dd", "202217891a3d3dd10", "202217891a3d3ddg", "photo-42", "", "é",
-            "0000000000000000", "ffffffffffffffff",
+            "éééééééé", "0000000000000000", "ffffffffffffffff",
         ]
         let identifiers = texts.map { TransferID($0) }
         #expect(identifiers.map { $0.rawValue } == texts)
