@@ -6,6 +6,7 @@ import Haul
 struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "get",
+        _superCommandName: "haul",
         abstract: "Download files, several at a time.",
         discussion: """
             URLs come from the command line and from an input file (-i FILE, or -i - for standard input) in aria2c's \

@@ -194,6 +194,20 @@ struct EndToEndTests {
         }
     }
 
+    @Test func getAnswersHelpVersionAndMistakesAsACommandOfTheHaulTool() async throws {
+        let help = try await HaulProcess.run(["get", "--help"])
+        #expect(help.status == 0)
+        #expect(help.stdout.contains("USAGE: haul get [<options>] [<urls> ...]"))
+        let version = try await HaulProcess.run(["get", "--version"])
+        #expect(version.status == 0 && version.stdout == "0.1.0\n")
+        let mistake = try await HaulProcess.run(["get", "http://127.0.0.1:9/a", "--bogus"])
+        #expect(mistake.status == 64)
+        #expect(mistake.stderr.contains("Unknown option '--bogus'"))
+        #expect(mistake.stderr.contains("See 'haul get --help' for more information."))
+        let completion = try await HaulProcess.run(["get", "--generate-completion-script", "bash"])
+        #expect(completion.status == 0 && completion.stdout.contains("_haul()"))
+    }
+
     @Test func readsAnInputFileWithPerItemOptions() async throws {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in

@@ -173,6 +173,38 @@ struct GetArgumentTests {
     func rejectsBadUsage(arguments: [String]) {
         #expect(throws: (any Error).self) { try HaulCommand.parseAsRoot(arguments) }
         #expect(HaulCommand.exitCode(for: ValidationError("x")).rawValue == 64)
+        // Not parsed on its own either: the root tells what is wrong, as it always did.
+        #expect(HaulCommand.parsedGet(["haul"] + arguments) == nil)
+    }
+
+    @Test func aPlainGetIsParsedOnItsOwnIntoWhatTheRootWouldParse() throws {
+        for arguments in [
+            ["get", "http://h/a"],
+            ["get", "-i", "list.txt", "-d", "out", "-j", "16", "-q", "--no-state"],
+            ["get", "http://h/a", "-o", "x.bin", "--checksum", "md5=" + String(repeating: "0", count: 32), "--json"],
+            ["get", "--state", "s.sqlite", "--retries", "2", "--", "http://h/a"],
+        ] {
+            let alone = try #require(HaulCommand.parsedGet(["haul"] + arguments), "\(arguments)")
+            let fromRoot = try #require(try HaulCommand.parseAsRoot(arguments) as? Get)
+            #expect(alone.urls == fromRoot.urls, "\(arguments)")
+            #expect(
+                alone.inputFile == fromRoot.inputFile && alone.dir == fromRoot.dir && alone.output == fromRoot.output
+            )
+            #expect(alone.checksum == fromRoot.checksum && alone.state.disabled == fromRoot.state.disabled)
+            #expect(alone.state.path == fromRoot.state.path)
+            #expect(alone.options.maxConcurrent == fromRoot.options.maxConcurrent)
+            #expect(alone.options.retries == fromRoot.options.retries && alone.options.json == fromRoot.options.json)
+            #expect(alone.options.quiet == fromRoot.options.quiet)
+        }
+    }
+
+    @Test(arguments: [
+        ["get", "--help"], ["get", "-h"], ["get", "--help-hidden"], ["get", "--version"],
+        ["get", "--generate-completion-script", "bash"], ["get", "http://h/a", "--generate-completion-script"],
+        ["get", "--experimental-dump-help"], ["help", "get"], ["put", "a.bin", "--to", "http://h/"], ["--help"], [],
+    ])
+    func anythingButAPlainGetGoesThroughTheRoot(arguments: [String]) {
+        #expect(HaulCommand.parsedGet(["haul"] + arguments) == nil)
     }
 }
 
