@@ -167,6 +167,42 @@ struct ConnectionPoolAvailabilityTests {
         #expect(!ConnectionPool.handles(URL(string: "https://example.com/a")!))
         #expect(!ConnectionPool.handles(URL(string: "http://user:secret@example.com/a")!))
     }
+
+    @Test func aURLsOriginIsWorkedOutAgainWheneverItsSchemeOrAuthorityDiffersFromTheLastOnes() {
+        // Each URL against the one before it: the same authority, other credentials, another scheme, port or host,
+        // an IPv6 address, a host whose name starts like the last one's.
+        let pool = ConnectionPool(group: MultiThreadedEventLoopGroup.singleton, configuration: .init())
+        let cases: [(String, (host: String, port: Int)?)] = [
+            ("http://Example.com/a", ("example.com", 80)),
+            ("http://Example.com/b?c", ("example.com", 80)),
+            ("http://user:secret@Example.com/a", nil),
+            ("http://Example.com/a", ("example.com", 80)),
+            ("https://Example.com/a", nil),
+            ("http://Example.com:8080/a", ("example.com", 8080)),
+            ("http://Example.com.evil:8080/a", ("example.com.evil", 8080)),
+            ("http://[::1]:8080/a", ("::1", 8080)),
+            ("http:/a", nil),
+            ("http://127.0.0.1#x", ("127.0.0.1", 80)),
+        ]
+        for (text, expected) in cases {
+            let url = URL(string: text)!
+            let origin = pool.origin(of: url)
+            #expect(origin?.host == expected?.host && origin?.port == expected?.port, "\(text)")
+            #expect(pool.handles(url) == (expected != nil) && ConnectionPool.handles(url) == (expected != nil))
+            if let origin { #expect(origin == ConnectionPool.Origin(url), "\(text)") }
+        }
+    }
+
+    @Test func equalOriginsHashAlikeHoweverTheirURLsAreWritten() {
+        let origins = ["http://Example.com/a", "http://example.com:80/b", "HTTP://EXAMPLE.COM"].map {
+            ConnectionPool.Origin(URL(string: $0)!)
+        }
+        #expect(Set(origins).count == 1)
+        #expect(origins.allSatisfy { $0.hashValue == origins[0].hashValue })
+        let other = ConnectionPool.Origin(URL(string: "http://example.com:81/a")!)
+        #expect(!Set(origins).contains(other))
+        #expect([origins[0]: 1, other: 2][origins[2]] == 1)
+    }
 }
 
 @Suite("An error page read or left")

@@ -179,6 +179,25 @@ struct LastOriginTests {
         for (url, origin) in urls { #expect(origins.origin(of: URL(string: url)!) == origin, "\(url)") }
     }
 
+    @Test func isWorkedOutOnceForARunOfURLsWithTheSameAuthority() {
+        var last = LastAuthority<String>()
+        var computed = 0
+        func value(_ text: String) -> String {
+            last.value(of: URL(string: text)!) { url in
+                computed += 1
+                return url.host ?? ""
+            }
+        }
+        #expect(value("http://a.example/1") == "a.example" && computed == 1)
+        #expect(value("http://a.example/2?x#y") == "a.example" && computed == 1)
+        #expect(value("http://b.example/1") == "b.example" && computed == 2)
+        #expect(value("http://a.example/3") == "a.example" && computed == 3)
+        // A URL without an authority is worked out each time, and leaves the last one with an authority remembered.
+        #expect(value("mailto:a@a.example") == "" && computed == 4)
+        #expect(value("mailto:a@a.example") == "" && computed == 5)
+        #expect(value("http://a.example/4") == "a.example" && computed == 5)
+    }
+
     @Test func isNoneForASchemeOtherThanHTTPOrAURLWithoutAHost() {
         var origins = LastOrigin()
         #expect(origins.origin(of: URL(string: "http://example.com/a")!) == "http://example.com:80")

@@ -168,7 +168,7 @@ struct HTTPTransport: Sendable {
             ),
         leaving: (Response) -> Void
     ) async throws -> Response {
-        try Self.checkScheme(of: url, redirected: false)
+        try self.checkScheme(of: url, redirected: false)
         var current = url
         var headers = headers
         // The URLs met so far, from the first redirect on: most requests have none, and need no set.
@@ -252,7 +252,7 @@ struct HTTPTransport: Sendable {
                 httpStatus: status
             )
         }
-        try Self.checkScheme(of: target, redirected: true)
+        try self.checkScheme(of: target, redirected: true)
         if current.scheme?.lowercased() == "https", target.scheme?.lowercased() == "http", !self.allowsInsecureRedirects
         {
             throw HaulError(
@@ -267,6 +267,13 @@ struct HTTPTransport: Sendable {
         let dropsSecrets =
             !Self.sameOrigin(current, target) && !self.trustedRedirectHosts.contains(target.host?.lowercased() ?? "")
         return (target, dropsSecrets)
+    }
+
+    /// ``checkScheme(of:redirected:)-swift.type.method``, passed at once by a URL Haul's own connections take
+    /// (http, with a host): the pool knows it from the last URL with the same scheme and authority.
+    private func checkScheme(of url: URL, redirected: Bool) throws {
+        if self.pool.origin(of: url) != nil { return }
+        try Self.checkScheme(of: url, redirected: redirected)
     }
 
     private static func checkScheme(of url: URL, redirected: Bool) throws {
@@ -342,13 +349,31 @@ extension Duration {
 
 /// A one-entry cache of the origin of the last URL asked (``HTTPTransport/origin(_:scheme:)``): a batch's transfers
 /// mostly share one, and building it asks the URL for its scheme, host and port, about 3,800 instructions a request
-/// (`callgrind`, 2,000 URLs). The URL's text up to the end of its authority is compared instead, byte for byte: the
-/// same text names the same scheme, host and port.
+/// (`callgrind`, 2,000 URLs).
 struct LastOrigin: Sendable {
-    private var last: (authority: [UInt8], origin: String)?
+    private var last = LastAuthority<String?>()
 
     /// The origin of an http or https URL with a host; `nil` for any other URL.
     mutating func origin(of url: URL) -> String? {
+        self.last.value(of: url) { url in
+            guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+                let host = url.host, !host.isEmpty
+            else { return nil }
+            return HTTPTransport.origin(url, scheme: scheme)
+        }
+    }
+}
+
+/// A one-entry cache of what a URL's scheme and authority say (its origin, whether Haul's own connections take it):
+/// Foundation's `URL` works out each of scheme, host, port and credentials anew at each call, about a microsecond for
+/// the host alone, which it percent-decodes. The URL's text up to the end of its authority is compared instead, byte
+/// for byte: the same text names the same scheme, credentials, host and port.
+struct LastAuthority<Value: Sendable>: Sendable {
+    private var last: (authority: [UInt8], value: Value)?
+
+    /// `compute(url)`, or what it gave for the last URL whose text has the same scheme and authority (a URL without
+    /// an authority is not remembered).
+    mutating func value(of url: URL, _ compute: (URL) -> Value) -> Value {
         var text = url.absoluteString
         // The URL's authority when it is not the last one's (`[]` when it is, `nil` when the text has none).
         let authority = text.withUTF8 { bytes -> [UInt8]? in
@@ -360,13 +385,10 @@ struct LastOrigin: Sendable {
             }
             return Array(bytes[..<length])
         }
-        if let authority, authority.isEmpty, let last { return last.origin }
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-            let host = url.host, !host.isEmpty
-        else { return nil }
-        let origin = HTTPTransport.origin(url, scheme: scheme)
-        if let authority, !authority.isEmpty { self.last = (authority, origin) }
-        return origin
+        if let authority, authority.isEmpty, let last { return last.value }
+        let value = compute(url)
+        if let authority, !authority.isEmpty { self.last = (authority, value) }
+        return value
     }
 
     /// How many bytes of a URL's text run through its authority: the scheme, `://`, and what follows up to the first
