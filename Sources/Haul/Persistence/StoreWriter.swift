@@ -31,7 +31,8 @@ package final class StoreWriter: Sendable {
         /// Whether the job may wait for ``linger`` when it finds a transaction running: a publishing record may; a
         /// claim, a flush waited for, or the periodic flush may not.
         var mayLinger: Bool
-        var body: @Sendable (Database) throws -> Void
+        /// Work of its own after the operations (a claim's statement); `nil` for a job that only writes them.
+        var body: (@Sendable (Database) throws -> Void)?
         var completion: @Sendable () -> Void
     }
 
@@ -121,14 +122,14 @@ package final class StoreWriter: Sendable {
     /// thread: for the end of a manager's scope and for benchmarks, not for transfers.
     package func flush(adding last: StoreOperation? = nil) {
         let done = DispatchSemaphore(value: 0)
-        self.submit(adding: last.map { [$0] } ?? [], timing: .promptly, then: { _ in }) { _ in done.signal() }
+        self.submit(adding: last.map { [$0] } ?? [], timing: .promptly) { done.signal() }
         done.wait()
     }
 
     /// Starts writing what is queued now, in one transaction, and returns at once (the periodic flush): it joins a
     /// transaction already waited for rather than cutting the wait short.
     func flushInBackground() {
-        self.submit(adding: [], timing: .withOthers, then: { _ in }) { _ in }
+        self.submit(adding: [], timing: .withOthers) {}
     }
 
     /// Writes what is queued now and then `last`, in one transaction, and calls `written` once it is written (on the
@@ -138,7 +139,7 @@ package final class StoreWriter: Sendable {
     /// no one to wait for) it starts at once, cutting short a wait under way: the records waiting there go with it.
     func flush(adding last: StoreOperation, lingering: Bool = true, then written: @escaping @Sendable () -> Void) {
         let timing = lingering ? Timing.afterLinger(self.linger) : .promptly
-        self.submit(adding: [last], timing: timing, then: { _ in }) { _ in written() }
+        self.submit(adding: [last], timing: timing, then: written)
     }
 
     /// Claims a transfer before its request, writing what is queued up to the transfer's row first (the rest waits
@@ -197,6 +198,30 @@ package final class StoreWriter: Sendable {
                 completion(result.withLockedValue { $0 } ?? .failure(CancellationError()))
             }
         )
+        self.schedule(job, adding: extra, through: id, timing: timing)
+    }
+
+    /// Takes the queued operations and schedules them, then `extra`, as a job that does nothing else, and calls
+    /// `written` when its transaction has ended (committed or not; an error is kept as ``lastError``). Without the
+    /// result, body and completion of ``submit(adding:through:timing:then:completion:)``: a publishing record takes
+    /// this way, one a file, and each closure and box was an allocation.
+    private func submit(
+        adding extra: [StoreOperation],
+        timing: Timing,
+        then written: @escaping @Sendable () -> Void
+    ) {
+        let mayLinger = if case .afterLinger(let linger) = timing { linger > .zero } else { false }
+        self.schedule(
+            Job(operations: [], mayLinger: mayLinger, body: nil, completion: written),
+            adding: extra,
+            through: nil,
+            timing: timing
+        )
+    }
+
+    /// Queues `job` with the operations queued so far (up to `id`'s insert, with `id`) and then `extra`, and starts
+    /// its transaction as `timing` says.
+    private func schedule(_ job: Job, adding extra: [StoreOperation], through id: TransferID?, timing: Timing) {
         let start = self.state.withLockedValue { state -> Start in
             var job = job
             if let id {
@@ -281,7 +306,7 @@ package final class StoreWriter: Sendable {
                             if let id = job.operations[index].releasedLease { leased.remove(id) }
                             index += 1
                         }
-                        try job.body(db)
+                        try job.body?(db)
                     }
                     return leased
                 }
