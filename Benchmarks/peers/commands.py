@@ -26,8 +26,9 @@ For example, the floors under `haul get` against haul and the peers (nginx from 
         "wget2=wget2 -q --max-threads=16 -i LIST -P {dir}"
 
 (Absolute paths: each command runs in its output folder.) With --serve ROOT, the corpora compare.py generated under
-ROOT/www are served by a private nginx on a free loopback port for the run (stopped at the end), and `{list:CORPUS}`
-in a command is the path of a URL list for that corpus on that port (ROOT/lists/CORPUS.txt, written anew):
+ROOT/www are served by a private nginx on a free loopback port for the run (stopped at the end), `{list:CORPUS}`
+in a command is the path of a URL list for that corpus on that port (ROOT/lists/CORPUS.txt, written anew), and
+`{port}` is the port (for a single file's URL):
 
     Benchmarks/peers/commands.py 12 --serve /tmp/haul-bench \\
         "haul=$PWD/.build/release/haul get -i {list:small} -d {dir} -j 16 -q --no-state" \\
@@ -118,7 +119,9 @@ def run(options, nginx) -> None:
 
 def with_lists(command: str, root: str, port: int) -> str:
     """`command` with each `{list:CORPUS}` replaced by the path of a URL list for that corpus of ROOT/www on `port`
-    (ROOT/lists/CORPUS.txt, written anew)."""
+    (ROOT/lists/CORPUS.txt, written anew), and each `{port}` by the port (for one file's URL, such as
+    http://127.0.0.1:{port}/small/f000000.bin)."""
+    command = command.replace("{port}", str(port))
     for corpus, (count, _) in CORPORA.items():
         if f"{{list:{corpus}}}" in command:
             if not os.path.exists(os.path.join(root, "www", corpus, ".complete")):

@@ -5,12 +5,12 @@ Usage:
     Benchmarks/peers/instructions.py [--serve ROOT] [--out DIR] [--runs N] [--top N] NAME=COMMAND [NAME=COMMAND ...]
 
 Each COMMAND runs under Valgrind's callgrind (`valgrind --tool=callgrind`), RUNS times (default 3), in a fresh folder
-(DIR, default /dev/shm/haul-instructions) that replaces `{dir}`, as in commands.py; `{list:CORPUS}` with --serve too.
-A COMMAND is one program and its arguments (split as the shell would, but not run through it: no pipes). The program
-is copied without its debug information first (Valgrind 3.19 cannot read the DWARF 5 that Swift writes; the symbols
-stay). Prints each command's instructions in user space (the median of its runs; the kernel's work is not counted),
-its spread, and its ratio against the first command; with --top N, the N functions whose own instructions grew or
-shrank most against the first command's.
+(DIR, default /dev/shm/haul-instructions) that replaces `{dir}`, as in commands.py; `{list:CORPUS}` and `{port}`
+with --serve too. A COMMAND is one program and its arguments (split as the shell would, but not run through it: no
+pipes). The program is copied without its debug information first (Valgrind 3.19 cannot read the DWARF 5 that Swift
+writes; the symbols stay). Prints each command's instructions in user space (the median of its runs; the kernel's work
+is not counted), its spread, and its ratio against the first command; with --top N, the N functions whose own
+instructions grew or shrank most against the first command's.
 
 Instruction counts are steady where time is not: the same build gives the same count within about 1 % (threads
 interleave differently: how many transactions the store's writer groups, how long a lock spins), whatever else the
