@@ -38,7 +38,8 @@ struct HaulCommand: AsyncParsableCommand {
     /// Parsed from the root, a `get` cost about a quarter of the instructions of a run over 200 files of 1 MiB
     /// (`callgrind`): ArgumentParser builds the argument sets of the root and then of `get` by reflection, and before
     /// either looks for a request for a completion script by parsing the arguments twice more, as the arguments of
-    /// its own completion commands. Parsed alone, `get` is built once. ``Get``'s configuration names `haul` as its
+    /// its own completion commands. Parsed alone, `get` is built once: a one-file run takes 55.3 → 49.1 million
+    /// instructions, one over 200 files of 1 MiB 0.962 of them. ``Get``'s configuration names `haul` as its
     /// super-command, which keeps that parse from looking for a completion script (a super-command's pseudo-command
     /// has none, so `--generate-completion-script` is an unknown option there and goes to the root).
     static func parsedGet(_ arguments: [String]) -> Get? {
