@@ -1173,7 +1173,6 @@ extension TransferManager.Core {
         )
     }
 
-    /// The store's row for a record.
     /// The operation that inserts `record`'s row in `state` as item `position` of `batchID`, with the record's
     /// identifier as it is (not read again from the row's text).
     mutating func insert(
@@ -1186,6 +1185,7 @@ extension TransferManager.Core {
         return .insert(InsertedRow(batchID: batchID, position: position, row: row, id: record.request.id))
     }
 
+    /// The store's row for a record.
     mutating func row(for record: TransferManager.Record, state: TransferState) -> TransferRow {
         let secret = self.configuration.secretHeaderNames
         let headers = record.request.headers.filter { !secret.contains($0.name.lowercased()) }

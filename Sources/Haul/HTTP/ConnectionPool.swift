@@ -143,14 +143,14 @@ final class ConnectionPool: Sendable {
         url.scheme?.lowercased() == "http" && url.user == nil && url.password == nil && !(url.host ?? "").isEmpty
     }
 
-    /// Sends a GET of `url` with `headers` (and a `Host` header, unless they have one), and returns once the
-    /// response's head has arrived; the body goes to a ``BodyWriter`` on the connection's event loop. Cancelling the
-    /// task cancels the request.
+    /// Sends a GET of `url` (whose ``origin(of:)`` is `origin`) with `headers` (and a `Host` header, unless they have
+    /// one), and returns once the response's head has arrived; the body goes to a ``BodyWriter`` on the connection's
+    /// event loop. Cancelling the task cancels the request.
     nonisolated(nonsending) func start(
         _ url: URL,
+        origin: Origin,
         headers: [(name: String, value: String)]
     ) async throws -> ResponseStream.Started {
-        let origin = self.origin(of: url) ?? Origin(url)
         let request = Self.requestHead(url, origin: origin, headers: headers)
         let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? self.group.next()
         var sentAgain = false

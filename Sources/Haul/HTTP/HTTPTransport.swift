@@ -88,6 +88,12 @@ struct HTTPTransport: Sendable {
     /// The read buffers' budget that ``maximumReadSize(concurrency:limit:)`` shares out.
     static let readBufferBudget = 32 * 1024 * 1024
 
+    /// How a GET goes out: on Haul's own connections to an origin, or as the client's request.
+    private enum Route {
+        case pool(ConnectionPool.Origin)
+        case client(HTTPClient.Request)
+    }
+
     /// Sends a GET, follows redirects, and returns the final response once its head has arrived; its body goes to
     /// a ``BodyWriter`` on the connection's event loop (``ResponseStream``). Plain http goes through Haul's own
     /// connections (``ConnectionPool``), https through AsyncHTTPClient.
@@ -96,21 +102,24 @@ struct HTTPTransport: Sendable {
         headers: [(name: String, value: String)]
     ) async throws -> ResponseStream.Started {
         try await self.following(.GET, url, headers: headers) { current, headers in
-            // The client's request, for what Haul's own connections do not take.
-            let request =
-                self.pool.handles(current)
-                ? nil
-                : try HTTPClient.Request(
-                    url: current,
-                    method: .GET,
-                    headers: HTTPHeaders(headers.map { ($0.name, $0.value) })
-                )
+            // Haul's own connections where they take the URL (its origin found once), the client otherwise.
+            let route: Route =
+                if self.pool.isAvailable, let origin = self.pool.origin(of: current) {
+                    .pool(origin)
+                } else {
+                    .client(
+                        try HTTPClient.Request(
+                            url: current,
+                            method: .GET,
+                            headers: HTTPHeaders(headers.map { ($0.name, $0.value) })
+                        )
+                    )
+                }
             do {
                 let started =
-                    if let request {
-                        try await ResponseStream.start(request, on: self.client)
-                    } else {
-                        try await self.pool.start(current, headers: headers)
+                    switch route {
+                    case .pool(let origin): try await self.pool.start(current, origin: origin, headers: headers)
+                    case .client(let request): try await ResponseStream.start(request, on: self.client)
                     }
                 return (started, started.head.status.code, started.head.headers.first(name: "location"))
             } catch {

@@ -81,6 +81,11 @@ package final class StoreWriter: Sendable {
         case afterLinger(Duration)
         /// At once when nothing is running or waited for; otherwise the job shares that transaction.
         case withOthers
+
+        /// Whether a job with this timing may wait for others (``Job/mayLinger``).
+        var mayLinger: Bool {
+            if case .afterLinger(let linger) = self { linger > .zero } else { false }
+        }
     }
 
     package init(store: TransferStore, publishingLinger: Duration = StoreWriter.publishingLinger) {
@@ -181,10 +186,9 @@ package final class StoreWriter: Sendable {
         completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         let result = NIOLockedValueBox<Result<T, any Error>?>(nil)
-        let mayLinger = if case .afterLinger(let linger) = timing { linger > .zero } else { false }
         let job = Job(
             operations: [],
-            mayLinger: mayLinger,
+            mayLinger: timing.mayLinger,
             body: { db in
                 do {
                     let value = try body(db)
@@ -210,9 +214,8 @@ package final class StoreWriter: Sendable {
         timing: Timing,
         then written: @escaping @Sendable () -> Void
     ) {
-        let mayLinger = if case .afterLinger(let linger) = timing { linger > .zero } else { false }
         self.schedule(
-            Job(operations: [], mayLinger: mayLinger, body: nil, completion: written),
+            Job(operations: [], mayLinger: timing.mayLinger, body: nil, completion: written),
             adding: extra,
             through: nil,
             timing: timing

@@ -181,7 +181,7 @@ package enum StoreOperation: Sendable {
     case insert(InsertedRow)
     /// A transfer the store records in full already joins a batch: a completed file, found unchanged, in a batch
     /// submitted again. Its row stays as it is (an ``insert(_:)`` would leave it so too: a completed row is no one's
-    /// to change, see ``apply(_:owner:)``).
+    /// to change, see ``apply(_:owner:statements:)``).
     case joinBatch(batchID: BatchID, position: Int, TransferID)
     /// A completed transfer whose file is gone (deleted, or changed since) is submitted again: its row goes back to
     /// waiting, with its lease free, so that the ``insert(_:)`` after it takes the row and its lease as it takes a
@@ -225,17 +225,16 @@ package enum StoreOperation: Sendable {
         let now = Date().timeIntervalSince1970
         switch self {
         case .insert(let item):
-            let (batchID, position, row) = (item.batchID, item.position, item.row)
-            let leases = row.state == TransferState.waiting.description
+            let leases = item.row.state == TransferState.waiting.description
             try db.run(SQLText.insert[0], &statements) { bind in
-                bind.insertValues(of: row, owner: owner, now: now)
+                bind.insertValues(of: item.row, owner: owner, now: now)
                 bind.mine(owner, now)
             }
             let leased = leases && db.changesCount > 0
             try db.run(SQLText.batchItem, &statements) { bind in
-                bind.bind(batchID.rawValue)
-                bind.bind(position)
-                bind.bind(row.id)
+                bind.bind(item.batchID.rawValue)
+                bind.bind(item.position)
+                bind.bind(item.row.id)
             }
             return leased
         case .joinBatch(let batchID, let position, let id):
@@ -333,7 +332,7 @@ package enum StoreOperation: Sendable {
     /// statement per table for every ``bulkInsertRows`` of them: the same rows as one at a time, for about half the
     /// writer's cost per row (each statement has its fixed cost: binding checks, a step, a reset).
     ///
-    /// - Returns: the transfers whose lease `owner` took, as ``apply(_:owner:)`` reports them one at a time. When a
+    /// - Returns: the transfers whose lease `owner` took, as ``apply(_:owner:statements:)`` reports them one at a time. When a
     ///   statement changed fewer rows than it held (a row another manager holds), none of its rows count as leased:
     ///   they are claimed before their requests, as usual.
     static func applyInserts(
@@ -405,7 +404,7 @@ package enum StoreOperation: Sendable {
         if case .insert = self { true } else { false }
     }
 
-    /// Whether this operation goes in a run for ``applyInserts(_:_:owner:)``: an insert, or a reopening before one.
+    /// Whether this operation goes in a run for ``applyInserts(_:_:owner:statements:)``: an insert, or a reopening before one.
     var runsWithInserts: Bool {
         switch self {
         case .insert, .reopen: true
