@@ -473,6 +473,35 @@ struct TransferStoreTests {
         }
     }
 
+    @Test func textBoundInPlaceReadsBackAsWrittenAcrossBlocksAndBeyondOne() throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        // 41 rows: 32 in one statement, whose texts (about 1 KiB a row) fill more than one block, with a URL larger
+        // than a block among them (SQLite copies that one); then 8 in one, and one on its own. Empty texts and
+        // non-ASCII text among them.
+        let filler = String(repeating: "é/", count: 300)
+        var rows = (0..<41).map { index -> TransferRow in
+            var row = self.row(String(format: "t%02d", index))
+            row.url = "http://h/\(index)/" + filler
+            if index.isMultiple(of: 3) { row.headers = "" }
+            return row
+        }
+        rows[20].url = "http://h/" + String(repeating: "x", count: BoundText.blockSize + 1)
+        try store.database.write { db in
+            var statements = StoreStatements()
+            _ = try StoreOperation.applyInserts(
+                rows.enumerated().map { .insertItem(batchID: batch, position: $0, row: $1) }[...],
+                db,
+                owner: "A",
+                statements: &statements
+            )
+        }
+        let read = try store.rows(inBatch: batch)
+        #expect(read.map(\.url) == rows.map(\.url))
+        #expect(read.map(\.headers) == rows.map(\.headers))
+        #expect(read.map(\.nameComponents) == rows.map(\.nameComponents))
+    }
+
     @Test func insertsARunOfRowsInBulkAndLeasesThemAsOneAtATimeWould() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
