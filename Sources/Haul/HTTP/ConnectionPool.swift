@@ -162,7 +162,7 @@ final class ConnectionPool: Sendable {
             let exchange = HTTP1Exchange(request: request, channel: channel)
             Self.send(exchange)
             do {
-                let head = try await exchange.value(of: exchange.stream.headArrival)
+                let head = try await exchange.value(of: exchange.stream.head)
                 return ResponseStream.Started(head: head, stream: exchange.stream, request: exchange)
             } catch is HTTP1ConnectionHandler.StaleConnection {
                 guard !sentAgain else { throw HTTPClientError.remoteConnectionClosed }

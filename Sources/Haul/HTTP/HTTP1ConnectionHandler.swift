@@ -3,22 +3,23 @@ import NIOCore
 import NIOHTTP1
 
 /// One GET on one of Haul's own plain-http connections: the request's head, the ``ResponseStream`` its response goes
-/// to, and the promise of the response's end. Started by writing it into its channel (``ConnectionPool``); ended by
+/// to, and the response's end, handed to the task that waits for it. Started by writing it into its channel (``ConnectionPool``); ended by
 /// the channel's ``HTTP1ConnectionHandler``, on the channel's event loop.
 final class HTTP1Exchange: ResponseRequest {
     let request: HTTPRequestHead
     let stream: ResponseStream
     let channel: any Channel
-    private let end: EventLoopPromise<Void>
+    private let end = Handoff<Void>()
 
     init(request: HTTPRequestHead, channel: any Channel) {
         self.request = request
         self.channel = channel
         self.stream = ResponseStream(eventLoop: channel.eventLoop)
-        self.end = channel.eventLoop.makePromise()
     }
 
-    var futureResult: EventLoopFuture<Void> { self.end.futureResult }
+    nonisolated(nonsending) func waitForEnd() async throws {
+        try await self.value(of: self.end)
+    }
 
     func cancel() {
         self.fail(reason: HTTPClientError.cancelled)
@@ -33,7 +34,7 @@ final class HTTP1Exchange: ResponseRequest {
 
     /// On the event loop: the response has ended.
     func finished() {
-        self.end.succeed()
+        self.end.succeed(())
     }
 
     /// On the event loop: the exchange failed with `error` (before its head or after it).

@@ -15,7 +15,7 @@ import NIOHTTP1
 /// (``HTTP1ConnectionHandler``), through the same three calls: ``headReceived(_:)``, ``bodyPartReceived(_:)`` and
 /// ``failed(_:)``.
 final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
-    // @unchecked: everything but the promise of the head is touched on `eventLoop` only, where the client calls its
+    // @unchecked: everything but the head's handoff is touched on `eventLoop` only, where the client calls its
     // delegate (one call at a time) and where the task's calls are submitted.
     typealias Response = Void
 
@@ -24,7 +24,8 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
     static let bufferLimit = 1024 * 1024
 
     let eventLoop: any EventLoop
-    private let headPromise: EventLoopPromise<HTTPResponseHead>
+    /// The response's head, or the error that ended the request before it.
+    let head = Handoff<HTTPResponseHead>()
     private var state = State.buffering([], bytes: 0, demand: nil)
 
     /// Where the body goes.
@@ -41,11 +42,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
 
     init(eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
-        self.headPromise = eventLoop.makePromise()
     }
-
-    /// The response's head, or the error that ended the request before it.
-    var headArrival: EventLoopFuture<HTTPResponseHead> { self.headPromise.futureResult }
 
     func didReceiveHead(task: HTTPClient.Task<Void>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
         self.headReceived(head)
@@ -64,7 +61,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
 
     /// On the event loop: the response's head has arrived.
     func headReceived(_ head: HTTPResponseHead) {
-        self.headPromise.succeed(head)
+        self.head.succeed(head)
     }
 
     /// On the event loop: a part of the body has arrived. Returns when the connection may read the next, or `nil`
@@ -96,10 +93,10 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         }
     }
 
-    /// On the event loop: the request failed. Completing a completed promise does nothing: an error after the head
-    /// is the task's to find at the end (its request's ``ResponseRequest/futureResult``).
+    /// On the event loop: the request failed. A head given already stays: an error after the head is the task's to
+    /// find at the end (``ResponseRequest/waitForEnd()``).
     func failed(_ error: any Error) {
-        self.headPromise.fail(error)
+        self.head.fail(error)
     }
 
     /// A future that succeeds after `delay`; `nil` when there is nothing to wait for.
@@ -108,8 +105,9 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         return self.eventLoop.scheduleTask(in: .nanoseconds(delay.nanoseconds)) {}.futureResult
     }
 
-    /// On the event loop: `writer` takes what arrived so far, then the rest as it comes. Returns the response's end.
-    private func attach(_ writer: BodyWriter, request: any ResponseRequest) -> EventLoopFuture<Void> {
+    /// On the event loop: `writer` takes what arrived so far, then the rest as it comes. Returns the bandwidth limits'
+    /// wait after what arrived so far (`nil`: none); throws the writer's error, with which the request has failed.
+    private func attach(_ writer: BodyWriter, request: any ResponseRequest) throws -> EventLoopFuture<Void>? {
         guard case .buffering(let parts, _, let demand) = self.state else {
             preconditionFailure("a response's body was given a writer twice")
         }
@@ -120,21 +118,18 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         } catch {
             request.fail(reason: error)
             demand?.fail(error)
-            return self.eventLoop.makeFailedFuture(error)
+            throw error
         }
         guard let wait = self.afterWait(delay) else {
             demand?.succeed()
-            return request.futureResult
+            return nil
         }
         demand?.completeWith(wait)
-        // The end waits for the bandwidth limits' wait after the parts that arrived before the writer: a body that
-        // arrived whole before it would otherwise pass unthrottled.
-        return request.futureResult.and(wait).map { _ in }
+        return wait
     }
 
-    /// On the event loop: the body is kept in memory, up to `limit` bytes, what arrived already first. Returns what
-    /// was kept once the response has ended.
-    private func collect(upTo limit: Int, request: any ResponseRequest) -> EventLoopFuture<[UInt8]> {
+    /// On the event loop: the body is kept in memory from now on, up to `limit` bytes, what arrived already first.
+    private func collect(upTo limit: Int) {
         guard case .buffering(let parts, _, let demand) = self.state else {
             preconditionFailure("a response's body was read twice")
         }
@@ -142,16 +137,21 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         for part in parts where kept.count < limit { kept += part.readableBytesView.prefix(limit - kept.count) }
         self.state = .collecting(kept, limit: limit)
         demand?.succeed()
-        return request.futureResult.map {
-            guard case .collecting(let kept, _) = self.state else { return [] }
-            return kept
-        }
+    }
+
+    /// On the event loop: what ``collect(upTo:)`` has kept.
+    private var kept: [UInt8] {
+        guard case .collecting(let kept, _) = self.state else { return [] }
+        return kept
     }
 
     /// Runs `body` on the event loop: at once where the caller runs on it already (a transfer's task, whose executor
     /// is its connection's loop, as a rule), with no task submitted and no future to wait for it.
-    private func onEventLoop<T: Sendable>(_ body: @escaping @Sendable () -> EventLoopFuture<T>) -> EventLoopFuture<T> {
-        self.eventLoop.inEventLoop ? body() : self.eventLoop.flatSubmit(body)
+    nonisolated(nonsending) private func onEventLoop<T: Sendable>(
+        _ body: @escaping @Sendable () throws -> T
+    ) async throws -> T {
+        if self.eventLoop.inEventLoop { return try body() }
+        return try await self.eventLoop.submit(body).get()
     }
 
     /// On the event loop: the body is dropped from now on.
@@ -173,7 +173,11 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         nonisolated(nonsending) func receive(into writer: BodyWriter) async throws {
             let stream = self.stream
             let request = self.request
-            try await request.value(of: stream.onEventLoop { stream.attach(writer, request: request) })
+            let wait = try await stream.onEventLoop { try stream.attach(writer, request: request) }
+            try await request.waitForEnd()
+            // The end waits for the bandwidth limits' wait after the parts that arrived before the writer: a body that
+            // arrived whole before it would otherwise pass unthrottled.
+            if let wait { try await request.value(of: wait) }
         }
 
         /// Reads the whole body and returns its first `limit` bytes as text (an error page's explanation), so that the
@@ -181,11 +185,13 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         /// request.
         func text(upTo limit: Int) async -> String? {
             let stream = self.stream
-            let request = self.request
-            let kept = try? await request.value(
-                of: stream.onEventLoop { stream.collect(upTo: limit, request: request) }
-            )
-            return kept.map { String(decoding: $0, as: UTF8.self) }
+            do {
+                try await stream.onEventLoop { stream.collect(upTo: limit) }
+                try await self.request.waitForEnd()
+                return String(decoding: try await stream.onEventLoop { stream.kept }, as: UTF8.self)
+            } catch {
+                return nil
+            }
         }
 
         /// Reads the body and drops it, so that the connection can serve the next request (a redirect's body).
@@ -209,7 +215,7 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
         let task = client.execute(request: request, delegate: stream, eventLoop: .delegate(on: eventLoop), logger: nil)
         // A request the client refuses outright (it is shutting down) fails its task without telling the delegate.
         task.futureResult.whenFailure { error in stream.failed(error) }
-        let head = try await task.value(of: stream.headArrival)
+        let head = try await task.value(of: stream.head)
         return Started(head: head, stream: stream, request: task)
     }
 }
@@ -217,15 +223,20 @@ final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
 /// What ends, fails or cancels the request behind a ``ResponseStream``: AsyncHTTPClient's task, or an exchange on one
 /// of Haul's own connections (``HTTP1Exchange``).
 protocol ResponseRequest: Sendable {
-    /// Succeeds when the response has ended; fails with what ended it otherwise.
-    var futureResult: EventLoopFuture<Void> { get }
-    /// Stops the request: its connection closes, and ``futureResult`` fails with `HTTPClientError.cancelled`.
+    /// Returns when the response has ended; throws what ended it otherwise. Cancelling the waiting task cancels the
+    /// request.
+    nonisolated(nonsending) func waitForEnd() async throws
+    /// Stops the request: its connection closes, and ``waitForEnd()`` throws `HTTPClientError.cancelled`.
     func cancel()
-    /// Stops the request with `reason`: its connection closes, and ``futureResult`` fails with it.
+    /// Stops the request with `reason`: its connection closes, and ``waitForEnd()`` throws it.
     func fail(reason: any Error)
 }
 
-extension HTTPClient.Task: ResponseRequest where Response == Void {}
+extension HTTPClient.Task: ResponseRequest where Response == Void {
+    nonisolated(nonsending) func waitForEnd() async throws {
+        try await self.value(of: self.futureResult)
+    }
+}
 
 extension ResponseRequest {
     /// Waits for `future` (the response's head, its end, what its body left); cancelling the waiting task cancels
@@ -241,6 +252,15 @@ extension ResponseRequest {
             try await withUnsafeThrowingContinuation { continuation in
                 future.whenComplete { continuation.resume(with: $0) }
             }
+        } onCancel: {
+            self.cancel()
+        }
+    }
+
+    /// Waits for `handoff`'s result (the response's head, its end); cancelling the waiting task cancels the request.
+    nonisolated(nonsending) func value<T: Sendable>(of handoff: Handoff<T>) async throws -> T {
+        try await withTaskCancellationHandler {
+            try await handoff.value()
         } onCancel: {
             self.cancel()
         }
