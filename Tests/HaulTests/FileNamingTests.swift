@@ -22,6 +22,25 @@ struct FileNamingTests {
         #expect(FileNaming.sanitizedName(raw) == expected)
     }
 
+    @Test(arguments: [
+        "report.pdf", "f000001.bin", "a~b!c$d&e(f)g+h,i;j=k@l[m]n{o}p", "x." + String(repeating: "y", count: 253),
+    ])
+    func keepsPlainPrintableNamesAsTheyAre(raw: String) {
+        #expect(FileNaming.sanitizedName(raw) == raw)
+    }
+
+    @Test(arguments: [
+        ("name.", "name."), ("-", "-"), ("a\u{7f}", "a_"), ("résumé", "résumé"), ("a b", "a b"), (".x", "_x"),
+    ])
+    func namesBesidePlainOnesAreSanitisedAsAlways(raw: String, expected: String) {
+        #expect(FileNaming.sanitizedName(raw) == expected)
+    }
+
+    @Test func aPlainNameOneByteTooLongIsCut() {
+        let name = FileNaming.sanitizedName(String(repeating: "b", count: 252) + ".txt")
+        #expect(name == String(repeating: "b", count: 251) + ".txt")
+    }
+
     @Test(arguments: ["", " ", ".", "..", " .. "])
     func refusesNamesThatAreNotFiles(raw: String) {
         #expect(FileNaming.sanitizedName(raw) == nil)

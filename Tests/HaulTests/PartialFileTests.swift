@@ -224,6 +224,14 @@ struct PartialFileTests {
         #expect(names.mayExist(at: inner + "/e.part"))
     }
 
+    @Test(arguments: [
+        ("/tmp/x/a.part", "/tmp/x", "a.part"), ("/a.part", "/", "a.part"), ("a.part", ".", "a.part"),
+        ("/tmp/é/ü.part", "/tmp/é", "ü.part"), ("/tmp/x/", "/tmp/x", ""),
+    ])
+    func aPathIsSplitIntoItsFolderAndName(path: String, folder: String, name: String) {
+        #expect(PartFileNames.split(path) == (folder, name))
+    }
+
     @Test func aFolderPastTheBoundIsLookedAtOnDiskForEachFile() throws {
         let folder = try Folder()
         let names = PartFileNames(maximumFolders: 1)
