@@ -3,8 +3,8 @@ import NIOCore
 import NIOHTTP1
 
 /// One GET on one of Haul's own plain-http connections: the request's head, the ``ResponseStream`` its response goes
-/// to, and the response's end, handed to the task that waits for it. Started by writing it into its channel (``ConnectionPool``); ended by
-/// the channel's ``HTTP1ConnectionHandler``, on the channel's event loop.
+/// to, and the response's end, handed to the task that waits for it. Started by writing it into its channel
+/// (``ConnectionPool``); ended by the channel's ``HTTP1ConnectionHandler``, on the channel's event loop.
 final class HTTP1Exchange: ResponseRequest {
     let request: HTTPRequestHead
     let stream: ResponseStream

@@ -332,9 +332,9 @@ package enum StoreOperation: Sendable {
     /// statement per table for every ``bulkInsertRows`` of them: the same rows as one at a time, for about half the
     /// writer's cost per row (each statement has its fixed cost: binding checks, a step, a reset).
     ///
-    /// - Returns: the transfers whose lease `owner` took, as ``apply(_:owner:statements:)`` reports them one at a time. When a
-    ///   statement changed fewer rows than it held (a row another manager holds), none of its rows count as leased:
-    ///   they are claimed before their requests, as usual.
+    /// - Returns: the transfers whose lease `owner` took, as ``apply(_:owner:statements:)`` reports them one at a
+    ///   time. When a statement changed fewer rows than it held (a row another manager holds), none of its rows count
+    ///   as leased: they are claimed before their requests, as usual.
     static func applyInserts(
         _ operations: ArraySlice<StoreOperation>,
         _ db: Database,
@@ -404,7 +404,8 @@ package enum StoreOperation: Sendable {
         if case .insert = self { true } else { false }
     }
 
-    /// Whether this operation goes in a run for ``applyInserts(_:_:owner:statements:)``: an insert, or a reopening before one.
+    /// Whether this operation goes in a run for ``applyInserts(_:_:owner:statements:)``: an insert, or a reopening
+    /// before one.
     var runsWithInserts: Bool {
         switch self {
         case .insert, .reopen: true
