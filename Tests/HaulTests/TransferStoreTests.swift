@@ -55,6 +55,7 @@ struct TransferStoreTests {
         #expect(
             applied.sorted() == [
                 "v1: batches and transfers", "v2: leases", "v3: uploads and deletions", "v4: open batches",
+                "v5: batch entries",
             ]
         )
         #expect(try store.batches().isEmpty)
@@ -343,7 +344,7 @@ struct TransferStoreTests {
             )
         }
         let applied = try await stores[0].database.read { try TransferStore.migrator.appliedIdentifiers($0) }
-        #expect(applied.count == 4)
+        #expect(applied.count == TransferStore.migrations.count)
         let ids = try await stores[0].database.read { try Set(String.fetchAll($0, sql: "SELECT id FROM transfer")) }
         #expect(ids == Set((0..<6).map { "t\($0)" }))
     }
@@ -377,7 +378,7 @@ struct TransferStoreTests {
         let path = folder.appending(path: "state.sqlite")
         #expect(TransferStore.createUnsynced(path.path))
         // Before GRDB's migrator has seen it: the file records the migrations as GRDB does (an older version of Haul,
-        // which registers the same four, finds nothing to do either).
+        // which registers the first of them, finds nothing to do either).
         let created = try DatabaseQueue(path: path.path)
         let recorded = try created.read { try TransferStore.migrator.appliedIdentifiers($0) }
         #expect(recorded == Set(TransferStore.migrations.map(\.identifier)))
@@ -388,8 +389,61 @@ struct TransferStoreTests {
         let made = try store.database.read { try Row.fetchAll($0, sql: schema) }
         let migrated = try TransferStore().database.read { try Row.fetchAll($0, sql: schema) }
         #expect(made == migrated, "the same tables, columns and indexes, to the letter, as migrated one by one")
-        #expect(made.count >= 8)
+        #expect(made.count >= 7)
         #expect(try store.batches().isEmpty)
+    }
+
+    @Test func aStoreWrittenBeforeBatchEntriesKeepsItsBatchesTheirOrderAndTheirTransfersOnceMigrated() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appending(path: "state.sqlite")
+        // A store as the fourth migration left it: two batches, one transfer in both, items out of position order.
+        let old = try DatabaseQueue(path: path.path)
+        var migrator = DatabaseMigrator()
+        for (identifier, sql) in TransferStore.migrations.prefix(4) {
+            migrator.registerMigration(identifier) { db in try db.execute(sql: sql) }
+        }
+        try migrator.migrate(old)
+        try old.write { db in
+            try db.execute(sql: "INSERT INTO batch (id, createdAt) VALUES (1, 0), (2, 0)")
+            for (id, state) in [("a", "completed"), ("b", "waiting"), ("c", "failed")] {
+                try db.execute(
+                    sql: """
+                        INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
+                            usesContentDisposition, conflictPolicy, headers, computesSHA256, state, updatedAt)
+                        VALUES (?, ?, 'folder', '/tmp/x', '/tmp/x', ?, 0, 'rename', '[]', 0, ?, 0)
+                        """,
+                    arguments: [id, "http://h/\(id)", "[\"\(id)\"]", state]
+                )
+            }
+            try db.execute(
+                sql:
+                    "INSERT INTO batchItem (batchID, position, transferID) VALUES (1, 2, 'c'), (1, 0, 'a'), (1, 1, 'b')"
+            )
+            try db.execute(sql: "INSERT INTO batchItem (batchID, position, transferID) VALUES (2, 0, 'a')")
+        }
+        try old.close()
+
+        let store = try TransferStore(path: path)
+        #expect(try store.transfers(inBatch: BatchID(1)).map(\.id) == ["a", "b", "c"])
+        #expect(try store.transfers(inBatch: BatchID(2)).map(\.id) == ["a"])
+        #expect(try store.unfinishedBatches().map(\.id) == [BatchID(1)])
+        let tables = try store.database.read { db in
+            try Row.fetchAll(
+                db,
+                sql: "SELECT name, sql FROM sqlite_master WHERE name LIKE 'batchItem%' OR name = 'batchEntry'"
+            )
+        }
+        #expect(tables.map { $0["name"] as String } == ["batchEntry"], "the old table and its index are gone")
+        #expect((tables.first?["sql"] as String?)?.hasSuffix("WITHOUT ROWID") == true)
+        #expect(try store.forgetFinishedBatches() == 1)
+        #expect(try store.transfer("a") != nil, "still in the unfinished batch")
+        #expect(try store.transfers(inBatch: BatchID(2)).isEmpty)
+
+        // New items go in after the migrated ones, in their batch's order.
+        try store.apply(owner: "A", [.insertItem(batchID: BatchID(1), position: 3, row: self.row("d"))])
+        #expect(try store.transfers(inBatch: BatchID(1)).map(\.id) == ["a", "b", "c", "d"])
     }
 
     @Test func theDigestsOfItsIdentifiersKnowEveryStoredTransferAndNoOther() throws {

@@ -231,14 +231,14 @@ package enum StoreOperation: Sendable {
                 bind.mine(owner, now)
             }
             let leased = leases && db.changesCount > 0
-            try db.run(SQLText.batchItem, &statements) { bind in
+            try db.run(SQLText.batchEntry, &statements) { bind in
                 bind.bind(item.batchID.rawValue)
                 bind.bind(item.position)
                 bind.bind(item.row.id)
             }
             return leased
         case .joinBatch(let batchID, let position, let id):
-            try db.run(SQLText.batchItem, &statements) { bind in
+            try db.run(SQLText.batchEntry, &statements) { bind in
                 bind.bind(batchID.rawValue)
                 bind.bind(position)
                 bind.bind(id.rawValue)
@@ -374,7 +374,7 @@ package enum StoreOperation: Sendable {
                         }
                     }
                 }
-                try db.run(SQLText.batchItems[level], &statements) { bind in
+                try db.run(SQLText.batchEntries[level], &statements) { bind in
                     for index in chunk.indices {
                         guard case .insert(let item) = chunk[index] else { continue }
                         bind.bind(item.batchID.rawValue)
@@ -493,7 +493,7 @@ enum SQLText {
     static let count = all.count
     /// Every statement (their numbers are each one's own: a test checks it).
     static var all: [StoreSQL] {
-        insert + [batchItem] + batchItems + [
+        insert + [batchEntry] + batchEntries + [
             state, stateReleasingLease, validator, checkpoint, completed, publishing, releaseLease, reopen, failed,
             listComplete,
         ]
@@ -526,15 +526,15 @@ enum SQLText {
                 """
         )
     }
-    static let batchItem = StoreSQL(
+    static let batchEntry = StoreSQL(
         number: 3,
-        text: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES (?, ?, ?)"
+        text: "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES (?, ?, ?)"
     )
-    /// ``batchItem`` for each of ``StoreOperation/bulkInsertRows`` rows.
-    static let batchItems = StoreOperation.bulkInsertRows.enumerated().map { level, rows in
+    /// ``batchEntry`` for each of ``StoreOperation/bulkInsertRows`` rows.
+    static let batchEntries = StoreOperation.bulkInsertRows.enumerated().map { level, rows in
         StoreSQL(
             number: 4 + level,
-            text: "INSERT OR REPLACE INTO batchItem (batchID, position, transferID) VALUES "
+            text: "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES "
                 + Array(repeating: "(?, ?, ?)", count: rows).joined(separator: ", ")
         )
     }

@@ -131,6 +131,23 @@ public final class TransferStore: Sendable {
         // 0 while items may still be added (a batch fed from a stream); a process that stopped before the end of its
         // list leaves it 0, so the store knows it holds only part of that batch.
         ("v4: open batches", "ALTER TABLE batch ADD COLUMN listComplete INTEGER NOT NULL DEFAULT 1"),
+        // A batch's items in one B-tree, keyed by batch and position, instead of three (the rows, their key, and the
+        // index on the transfer, which only the forgetting of finished batches read): a row's insert took about a
+        // third less of SQLite's time. No foreign key on the transfer either: checking it was a look-up per insert,
+        // and without the index SQLite would have scanned every item for each transfer deleted.
+        (
+            "v5: batch entries",
+            """
+            CREATE TABLE batchEntry (
+                batchID INTEGER NOT NULL REFERENCES batch(id) ON DELETE CASCADE,
+                position INTEGER NOT NULL,
+                transferID TEXT NOT NULL,
+                PRIMARY KEY (batchID, position)
+            ) WITHOUT ROWID;
+            INSERT INTO batchEntry (batchID, position, transferID) SELECT batchID, position, transferID FROM batchItem;
+            DROP TABLE batchItem;
+            """
+        ),
     ]
 
     /// A new store's schema in one transaction: every migration's SQL, in order (so SQLite writes the same schema as
@@ -269,8 +286,8 @@ public final class TransferStore: Sendable {
                 sql: """
                     SELECT batch.id, batch.createdAt, batch.listComplete, transfer.state, COUNT(*) AS count,
                            SUM(transfer.bytesOnDisk) AS bytes, SUM(transfer.totalSize) AS total
-                    FROM batch JOIN batchItem ON batchItem.batchID = batch.id
-                    JOIN transfer ON transfer.id = batchItem.transferID
+                    FROM batch JOIN batchEntry ON batchEntry.batchID = batch.id
+                    JOIN transfer ON transfer.id = batchEntry.transferID
                     GROUP BY batch.id, transfer.state ORDER BY batch.id
                     """
             )
@@ -292,7 +309,7 @@ public final class TransferStore: Sendable {
             }
             let empty = try Row.fetchAll(
                 db,
-                sql: "SELECT id, createdAt, listComplete FROM batch WHERE id NOT IN (SELECT batchID FROM batchItem)"
+                sql: "SELECT id, createdAt, listComplete FROM batch WHERE id NOT IN (SELECT batchID FROM batchEntry)"
             )
             for row in empty {
                 let id: Int = row["id"]
@@ -331,10 +348,10 @@ public final class TransferStore: Sendable {
         let finished = try self.batches().filter(\.areRecordedTransfersFinished).map(\.id.rawValue)
         try self.database.write { db in
             for id in finished {
-                try db.execute(sql: "DELETE FROM batchItem WHERE batchID = ?", arguments: [id])
+                try db.execute(sql: "DELETE FROM batchEntry WHERE batchID = ?", arguments: [id])
                 try db.execute(sql: "DELETE FROM batch WHERE id = ?", arguments: [id])
             }
-            try db.execute(sql: "DELETE FROM transfer WHERE id NOT IN (SELECT transferID FROM batchItem)")
+            try db.execute(sql: "DELETE FROM transfer WHERE id NOT IN (SELECT transferID FROM batchEntry)")
         }
         return finished.count
     }
@@ -344,8 +361,8 @@ public final class TransferStore: Sendable {
     func rows(inBatch id: BatchID) throws -> [TransferRow] {
         try self.database.read { db in
             let sql = """
-                SELECT \(TransferRow.columns) FROM batchItem JOIN transfer ON transfer.id = batchItem.transferID
-                WHERE batchItem.batchID = ? ORDER BY batchItem.position
+                SELECT \(TransferRow.columns) FROM batchEntry JOIN transfer ON transfer.id = batchEntry.transferID
+                WHERE batchEntry.batchID = ? ORDER BY batchEntry.position
                 """
             let statement = try db.cachedStatement(sql: sql)
             return try withExtendedLifetime(statement) {
