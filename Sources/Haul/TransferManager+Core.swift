@@ -80,21 +80,47 @@ extension TransferManager {
             let receivedBytes: Int64
             let expectedBytes: Int64?
 
-            init(_ record: Record, result: TransferResult) {
-                self.urlText = record.request.url.absoluteString
-                self.destination = record.request.destination
-                self.isDownload = record.request.isDownload
+            init(
+                urlText: String,
+                destination: TransferRequest.Destination,
+                isDownload: Bool,
+                result: TransferResult,
+                attempts: Int,
+                restarts: [String],
+                receivedBytes: Int64,
+                expectedBytes: Int64?
+            ) {
+                self.urlText = urlText
+                self.destination = destination
+                self.isDownload = isDownload
                 self.result = result
-                self.attempts = record.machine.attempts
-                self.restarts = record.restarts
-                self.receivedBytes = record.receivedBytes
-                self.expectedBytes = record.expectedBytes ?? record.request.expectedByteCount
+                self.attempts = attempts
+                self.restarts = restarts
+                self.receivedBytes = receivedBytes
+                self.expectedBytes = expectedBytes
             }
         }
 
         private let storage: Storage
 
-        init(_ record: Record, result: TransferResult) { self.storage = Storage(record, result: result) }
+        private init(_ storage: Storage) { self.storage = storage }
+
+        /// What `record` leaves once it has finished with `result`. Read where the record is (a function's argument is
+        /// borrowed, an initializer's is its own): the record is not copied out of the table first.
+        static func of(_ record: Record, result: TransferResult) -> FinishedRecord {
+            FinishedRecord(
+                Storage(
+                    urlText: record.request.url.absoluteString,
+                    destination: record.request.destination,
+                    isDownload: record.request.isDownload,
+                    result: result,
+                    attempts: record.machine.attempts,
+                    restarts: record.restarts,
+                    receivedBytes: record.receivedBytes,
+                    expectedBytes: record.expectedBytes ?? record.request.expectedByteCount
+                )
+            )
+        }
 
         /// The URL as text: a parsed `URL` takes about 430 bytes, its text about 100.
         var urlText: String { self.storage.urlText }
@@ -328,13 +354,10 @@ extension TransferManager {
                 // It failed, was cancelled or skipped: a new submission starts it afresh.
                 self.finished[request.id] = nil
             }
-            guard
-                var newRecord = Self.makeRecord(
-                    for: request,
-                    configuration: self.configuration,
-                    origins: &self.lastOrigin
-                )
-            else {
+            // Optional, to be moved into the table at the end (`take()`): a record assigned there from a local was
+            // copied whole (a reference count for each of its strings, URL and arrays), and the local released.
+            var newRecord = Self.makeRecord(for: request, configuration: self.configuration, origins: &self.lastOrigin)
+            guard newRecord != nil else {
                 let error = HaulError(
                     .invalidRequest,
                     "Only http and https URLs with a host are supported: \(request.url.absoluteString)"
@@ -347,22 +370,23 @@ extension TransferManager {
             // process that is gone is released before anything else is recorded.
             let isCompletedRow = persisted?.row.state == TransferState.completed.description
             if let persisted {
-                persisted.restore(into: &newRecord)
+                persisted.restore(into: &newRecord!)
                 if let holder = persisted.staleLeaseOwner, !isCompletedRow {
                     self.store?.enqueue(.releaseLease(request.id, holder: holder))
                 }
             }
             if let completed = persisted?.completedFile {
                 // Completed by an earlier process, and the file is still there unchanged: no request at all.
-                newRecord.machine = Download.StateMachine(finished: .completed)
-                newRecord.receivedBytes = completed.byteCount
-                newRecord.expectedBytes = completed.byteCount
-                self.transfers[request.id] = newRecord
+                newRecord!.machine = Download.StateMachine(finished: .completed)
+                newRecord!.receivedBytes = completed.byteCount
+                newRecord!.expectedBytes = completed.byteCount
+                let record = newRecord.take()!
+                self.transfers[request.id] = record
                 if isCompletedRow {
                     // Recorded in full already, and the file matches the record: only the batch is new.
                     self.store?.enqueue(.joinBatch(batchID: batchID, position: index, request.id))
                 } else {
-                    self.store?.enqueue(self.insert(newRecord, state: .completed, as: index, of: batchID))
+                    self.store?.enqueue(self.insert(record, state: .completed, as: index, of: batchID))
                     // Recorded in full: a file found through the publishing record of a killed process has no result
                     // yet.
                     self.store?.enqueue(.completed(request.id, completed, modified: completed.modificationTime))
@@ -372,7 +396,7 @@ extension TransferManager {
                 self.retire(request.id, result: .completed(completed))
                 return
             }
-            newRecord.batches = [batchID]
+            newRecord!.batches = [batchID]
             if let store = self.store {
                 if let persisted, isCompletedRow {
                     // Completed, but its file is gone or changed: downloaded again.
@@ -384,12 +408,12 @@ extension TransferManager {
                         )
                     )
                 }
-                store.enqueue(self.insert(newRecord, state: .waiting, as: index, of: batchID))
+                store.enqueue(self.insert(newRecord!, state: .waiting, as: index, of: batchID))
             }
             let (expectedBytes, receivedBytes, host) = (
-                newRecord.expectedBytes, newRecord.receivedBytes, newRecord.host
+                newRecord!.expectedBytes, newRecord!.receivedBytes, newRecord!.host
             )
-            self.transfers[request.id] = newRecord
+            self.transfers[request.id] = newRecord.take()
             self.withBatch(batchID) { batch in
                 batch.pending[request.id, default: []].append(index)
                 batch.tracker.added(request.id, expectedBytes: expectedBytes ?? request.expectedByteCount)
@@ -560,29 +584,31 @@ extension TransferManager {
                 headers.append(("User-Agent", configuration.userAgent))
             }
             return Download.Plan(
-                id: id,
-                operation: record.request.operation,
-                url: record.request.url,
-                headers: headers,
-                folder: record.folder,
-                folderPath: folderPath,
+                Download.Plan.Fixed(
+                    id: id,
+                    operation: record.request.operation,
+                    url: record.request.url,
+                    headers: headers,
+                    folder: record.folder,
+                    folderPath: folderPath,
+                    usesContentDisposition: record.usesContentDisposition,
+                    conflictPolicy: record.conflictPolicy,
+                    expectedByteCount: record.request.expectedByteCount,
+                    checksum: record.request.checksum,
+                    computesSHA256: record.request.computesSHA256,
+                    synchronizesFiles: configuration.synchronizesFiles,
+                    namesFilesWhenPublished: configuration.writesSmallFilesUnnamed ?? (configuration.store == nil),
+                    progress: progressCell ?? ProgressCell(record.receivedBytes),
+                    maximumFileSize: configuration.maximumFileSize,
+                    lowSpeedLimit: configuration.lowSpeedLimit,
+                    idleTimeout: configuration.idleTimeout,
+                    bandwidth: bandwidth,
+                    transferBandwidth: record.bandwidth,
+                    hooks: configuration.hooks,
+                    attempt: record.machine.attempts
+                ),
                 nameComponents: record.nameComponents,
-                usesContentDisposition: record.usesContentDisposition,
-                conflictPolicy: record.conflictPolicy,
-                expectedByteCount: record.request.expectedByteCount,
-                checksum: record.request.checksum,
-                computesSHA256: record.request.computesSHA256,
-                validator: record.validator,
-                synchronizesFiles: configuration.synchronizesFiles,
-                namesFilesWhenPublished: configuration.writesSmallFilesUnnamed ?? (configuration.store == nil),
-                progress: progressCell ?? ProgressCell(record.receivedBytes),
-                maximumFileSize: configuration.maximumFileSize,
-                lowSpeedLimit: configuration.lowSpeedLimit,
-                idleTimeout: configuration.idleTimeout,
-                bandwidth: bandwidth,
-                transferBandwidth: record.bandwidth,
-                hooks: configuration.hooks,
-                attempt: record.machine.attempts
+                validator: record.validator
             )
         }
 
@@ -952,8 +978,10 @@ extension TransferManager {
 
         /// Moves a finished transfer out of ``transfers`` into its compact form in ``finished``.
         private mutating func retire(_ id: TransferID, result: TransferResult) {
-            guard let record = self.transfers.removeValue(forKey: id) else { return }
-            self.finished[id] = FinishedRecord(record, result: result)
+            // Read in place, then removed: taken out whole, the record was copied, and released twice.
+            guard let index = self.transfers.index(forKey: id) else { return }
+            self.finished[id] = self.withTransfer(id) { FinishedRecord.of($0, result: result) }
+            self.transfers.remove(at: index)
         }
 
         /// A transfer's state, whether it is unfinished or finished.

@@ -69,28 +69,30 @@ struct ResponseStreamTests {
     func plan(writingTo path: String) -> Download.Plan {
         let url = URL(filePath: path)
         return Download.Plan(
-            id: TransferID("stream-test"),
-            operation: .download,
-            url: URL(string: "http://127.0.0.1/")!,
-            headers: [],
-            folder: url.deletingLastPathComponent(),
-            folderPath: url.deletingLastPathComponent().path,
+            Download.Plan.Fixed(
+                id: TransferID("stream-test"),
+                operation: .download,
+                url: URL(string: "http://127.0.0.1/")!,
+                headers: [],
+                folder: url.deletingLastPathComponent(),
+                folderPath: url.deletingLastPathComponent().path,
+                usesContentDisposition: false,
+                conflictPolicy: .overwrite,
+                expectedByteCount: nil,
+                checksum: nil,
+                computesSHA256: false,
+                synchronizesFiles: false,
+                progress: ProgressCell(0),
+                maximumFileSize: nil,
+                lowSpeedLimit: nil,
+                idleTimeout: .seconds(10),
+                bandwidth: BandwidthLimiter(bytesPerSecond: nil),
+                transferBandwidth: nil,
+                hooks: TransferManager.Hooks(),
+                attempt: 1
+            ),
             nameComponents: [url.lastPathComponent],
-            usesContentDisposition: false,
-            conflictPolicy: .overwrite,
-            expectedByteCount: nil,
-            checksum: nil,
-            computesSHA256: false,
-            validator: nil,
-            synchronizesFiles: false,
-            progress: ProgressCell(0),
-            maximumFileSize: nil,
-            lowSpeedLimit: nil,
-            idleTimeout: .seconds(10),
-            bandwidth: BandwidthLimiter(bytesPerSecond: nil),
-            transferBandwidth: nil,
-            hooks: TransferManager.Hooks(),
-            attempt: 1
+            validator: nil
         )
     }
 

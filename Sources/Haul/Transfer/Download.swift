@@ -42,41 +42,82 @@ extension Download {
     ///
     /// Uploads and deletions use it too, with the fields that concern them (URL, headers, progress, bandwidth, hooks).
     struct Plan: Sendable {
-        var id: TransferID
-        var operation: TransferRequest.Operation
-        var url: URL
-        var headers: [(name: String, value: String)]
-        /// The folder nothing may be written outside of.
-        var folder: URL
-        /// ``folder``'s path, without a trailing slash: the files' paths are built from it as text, not as URLs (each
-        /// URL step and `path` conversion allocated, several times per file).
-        var folderPath: String
-        /// The file's path below ``folder``, as known before any response.
+        /// What no attempt changes. A plan goes from the manager to the attempt, its writer and its publication;
+        /// with these fields in the plan itself, each copy retained and each end released some twenty references
+        /// (about 5,000 instructions a file on a list of small files). Kept once, in a ``Box``, they cost one.
+        struct Fixed: Sendable {
+            var id: TransferID
+            var operation: TransferRequest.Operation
+            var url: URL
+            var headers: [(name: String, value: String)]
+            /// The folder nothing may be written outside of.
+            var folder: URL
+            /// ``folder``'s path, without a trailing slash: the files' paths are built from it as text, not as URLs
+            /// (each URL step and `path` conversion allocated, several times per file).
+            var folderPath: String
+            /// Whether a `Content-Disposition` name replaces the last component.
+            var usesContentDisposition: Bool
+            var conflictPolicy: ConflictPolicy
+            var expectedByteCount: Int64?
+            var checksum: Checksum?
+            var computesSHA256: Bool
+            var synchronizesFiles: Bool
+            /// Whether a new small file may be made without a name and named once, when published (``PartialFile``;
+            /// see ``TransferManager/Configuration/writesSmallFilesUnnamed``).
+            var namesFilesWhenPublished = false
+            /// Where the attempt stores its byte count for the manager to sample.
+            var progress: ProgressCell
+            var maximumFileSize: Int64?
+            var lowSpeedLimit: TransferManager.LowSpeedLimit?
+            /// How long a transfer may make no progress before the attempt fails.
+            var idleTimeout: Duration
+            /// The manager's bandwidth limit, shared by all its transfers, and this transfer's own, if it has one.
+            var bandwidth: BandwidthLimiter
+            var transferBandwidth: BandwidthLimiter?
+            /// The caller's hooks, and which attempt this is (from 1), for them.
+            var hooks: TransferManager.Hooks
+            var attempt: Int
+        }
+
+        private final class Box: Sendable {
+            let fixed: Fixed
+            init(_ fixed: Fixed) { self.fixed = fixed }
+        }
+
+        private let box: Box
+        /// The file's path below ``Fixed/folder``, as known before any response (a `Content-Disposition` name changes
+        /// its last component for the attempt).
         var nameComponents: [String]
-        /// Whether a `Content-Disposition` name replaces the last component.
-        var usesContentDisposition: Bool
-        var conflictPolicy: ConflictPolicy
-        var expectedByteCount: Int64?
-        var checksum: Checksum?
-        var computesSHA256: Bool
-        /// Validators from an earlier attempt in this process, to resume its partial file.
+        /// Validators from an earlier attempt in this process, to resume its partial file (none once it restarts).
         var validator: Validator?
-        var synchronizesFiles: Bool
-        /// Whether a new small file may be made without a name and named once, when published (``PartialFile``; see
-        /// ``TransferManager/Configuration/writesSmallFilesUnnamed``).
-        var namesFilesWhenPublished = false
-        /// Where the attempt stores its byte count for the manager to sample.
-        var progress: ProgressCell
-        var maximumFileSize: Int64?
-        var lowSpeedLimit: TransferManager.LowSpeedLimit?
-        /// How long a transfer may make no progress before the attempt fails.
-        var idleTimeout: Duration
-        /// The manager's bandwidth limit, shared by all its transfers, and this transfer's own, if it has one.
-        var bandwidth: BandwidthLimiter
-        var transferBandwidth: BandwidthLimiter?
-        /// The caller's hooks, and which attempt this is (from 1), for them.
-        var hooks: TransferManager.Hooks
-        var attempt: Int
+
+        init(_ fixed: Fixed, nameComponents: [String], validator: Validator?) {
+            self.box = Box(fixed)
+            self.nameComponents = nameComponents
+            self.validator = validator
+        }
+
+        var id: TransferID { self.box.fixed.id }
+        var operation: TransferRequest.Operation { self.box.fixed.operation }
+        var url: URL { self.box.fixed.url }
+        var headers: [(name: String, value: String)] { self.box.fixed.headers }
+        var folder: URL { self.box.fixed.folder }
+        var folderPath: String { self.box.fixed.folderPath }
+        var usesContentDisposition: Bool { self.box.fixed.usesContentDisposition }
+        var conflictPolicy: ConflictPolicy { self.box.fixed.conflictPolicy }
+        var expectedByteCount: Int64? { self.box.fixed.expectedByteCount }
+        var checksum: Checksum? { self.box.fixed.checksum }
+        var computesSHA256: Bool { self.box.fixed.computesSHA256 }
+        var synchronizesFiles: Bool { self.box.fixed.synchronizesFiles }
+        var namesFilesWhenPublished: Bool { self.box.fixed.namesFilesWhenPublished }
+        var progress: ProgressCell { self.box.fixed.progress }
+        var maximumFileSize: Int64? { self.box.fixed.maximumFileSize }
+        var lowSpeedLimit: TransferManager.LowSpeedLimit? { self.box.fixed.lowSpeedLimit }
+        var idleTimeout: Duration { self.box.fixed.idleTimeout }
+        var bandwidth: BandwidthLimiter { self.box.fixed.bandwidth }
+        var transferBandwidth: BandwidthLimiter? { self.box.fixed.transferBandwidth }
+        var hooks: TransferManager.Hooks { self.box.fixed.hooks }
+        var attempt: Int { self.box.fixed.attempt }
 
         /// The URL and headers for this attempt: the caller's request provider's, when there is one.
         nonisolated(nonsending) func preparedRequest() async -> (url: URL, headers: [(name: String, value: String)]) {
