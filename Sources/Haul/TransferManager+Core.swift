@@ -295,8 +295,8 @@ extension TransferManager {
         /// Makes room in the per-transfer tables for `count` more transfers (at most ``reservationLimit``), once,
         /// before they are added. Grown one doubling at a time instead, under the lock, each table moved every record
         /// into memory it had to fault in (this machine is slow at that). 2,000 small files, `perf` over 10 runs: the
-        /// cooperative thread's time adding them 8.9 → 7.7 ms a run, the table's insertions 3.1 → 1.8 ms (what is left
-        /// is the first touch of the table's pages); wall time inside the noise.
+        /// cooperative thread's time adding them 8.9 → 7.7 ms a run, the table's insertions 3.1 → 1.8 ms (what is
+        /// left is the first touch of the table's pages); wall time inside the noise.
         mutating func reserveCapacity(forMoreTransfers count: Int) {
             let count = min(count, Self.reservationLimit)
             self.transfers.reserveCapacity(self.transfers.count + count)
@@ -1143,15 +1143,24 @@ extension TransferManager {
                 )
             else { return }
             if let store = self.store { Self.persist(kind, attempts: attempts, id: id, to: store) }
-            let event = TransferEvent(id: id, url: url, kind: kind)
-            for index in self.subscribers.indices where self.subscribers.values[index].send(event) {
-                self.holdingSubscribers.append(self.subscribers.keys[index])
-                self.scheduleRelease()
+            // Made when someone takes it: a batch whose stream leaves transfer events out (the `haul` command's,
+            // quiet) would have paid a copy of the URL and of the kind for each, and their release.
+            var event: TransferEvent?
+            if !self.subscribers.isEmpty || !self.observers.isEmpty {
+                let made = TransferEvent(id: id, url: url, kind: kind)
+                event = made
+                for index in self.subscribers.indices where self.subscribers.values[index].send(made) {
+                    self.holdingSubscribers.append(self.subscribers.keys[index])
+                    self.scheduleRelease()
+                }
+                if !self.observers.isEmpty { self.observers.post(made) }
             }
-            if !self.observers.isEmpty { self.observers.post(event) }
             for batchID in batches {
-                let firstHeld = self.withBatch(batchID) { batch in
-                    batch.eventSelection.includes(kind) && batch.events?.send(.transfer(event)) == true
+                let firstHeld = self.withBatch(batchID) { batch -> Bool in
+                    guard batch.events != nil, batch.eventSelection.includes(kind) else { return false }
+                    let made = event ?? TransferEvent(id: id, url: url, kind: kind)
+                    event = made
+                    return batch.events?.send(.transfer(made)) == true
                 }
                 if firstHeld == true { self.holdsEvents(ofBatch: batchID) }
             }
