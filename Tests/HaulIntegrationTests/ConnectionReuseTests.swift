@@ -184,4 +184,34 @@ struct ConnectionReuseTests {
             }
         }
     }
+
+    @Test func aHeaderValueThatWouldEndItsLineFailsItsItemAndNothingOfItReachesTheServer() async throws {
+        try await FaultInjectingServer.withServer(resources: [
+            "/a": .init(body: Self.body), "/b": .init(body: Self.body),
+        ]) { server in
+            try await withTemporaryDirectory { folder in
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.enqueue([
+                        TransferRequest(
+                            url: server.url("/a"),
+                            destination: .folder(folder),
+                            headers: [("X-Token", "1\r\nX-Injected: yes")]
+                        ),
+                        TransferRequest(
+                            url: server.url("/b"),
+                            destination: .folder(folder),
+                            headers: [("X-Token", "2")]
+                        ),
+                    ]).report()
+                }
+                let failure = try #require(report.failed.first)
+                #expect(failure.item.url.path == "/a")
+                #expect(failure.error.code == .invalidRequest)
+                #expect(failure.error.message == "The value of the header \"X-Token\" has a control character")
+                #expect(report.completed.map(\.item.url.path) == ["/b"], "the next request on the connection goes out")
+                #expect(server.requests.map(\.path) == ["/b"])
+                #expect(server.requests.allSatisfy { $0.headers["x-injected"] == nil })
+            }
+        }
+    }
 }

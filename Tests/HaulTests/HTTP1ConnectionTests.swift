@@ -111,40 +111,63 @@ struct HTTP1ConnectionStateMachineTests {
 
 @Suite("A plain-http request's head")
 struct HTTP1RequestHeadTests {
-    func head(_ url: String, _ headers: [(name: String, value: String)] = []) -> (uri: String, host: [String]) {
+    func head(_ url: String, _ headers: [(name: String, value: String)] = []) throws -> (uri: String, host: [String]) {
         let url = URL(string: url)!
-        let head = ConnectionPool.requestHead(url, origin: ConnectionPool.Origin(url), headers: headers)
+        let head = try ConnectionPool.requestHead(url, origin: ConnectionPool.Origin(url), headers: headers)
         #expect(head.method == .GET)
         #expect(head.version == .http1_1)
         return (head.uri, head.headers["host"])
     }
 
-    @Test func keepsThePathAndQueryAsWritten() {
-        #expect(self.head("http://example.com/a%20b/c%2Fd?x=1%2F2&y").uri == "/a%20b/c%2Fd?x=1%2F2&y")
-        #expect(self.head("http://example.com/photos/1.jpg").uri == "/photos/1.jpg")
+    @Test func keepsThePathAndQueryAsWritten() throws {
+        #expect(try self.head("http://example.com/a%20b/c%2Fd?x=1%2F2&y").uri == "/a%20b/c%2Fd?x=1%2F2&y")
+        #expect(try self.head("http://example.com/photos/1.jpg").uri == "/photos/1.jpg")
     }
 
-    @Test func asksForTheRootWhenTheURLHasNoPath() {
-        #expect(self.head("http://example.com").uri == "/")
-        #expect(self.head("http://example.com?q=1").uri == "/?q=1")
+    @Test func asksForTheRootWhenTheURLHasNoPath() throws {
+        #expect(try self.head("http://example.com").uri == "/")
+        #expect(try self.head("http://example.com?q=1").uri == "/?q=1")
     }
 
-    @Test func leavesTheFragmentOut() {
-        #expect(self.head("http://example.com/a#part").uri == "/a")
+    @Test func leavesTheFragmentOut() throws {
+        #expect(try self.head("http://example.com/a#part").uri == "/a")
     }
 
-    @Test func namesTheHostWithItsPortUnlessItIsEighty() {
-        #expect(self.head("http://Example.COM/a").host == ["example.com"])
-        #expect(self.head("http://example.com:8080/a").host == ["example.com:8080"])
-        #expect(self.head("http://127.0.0.1:80/a").host == ["127.0.0.1"])
+    @Test func namesTheHostWithItsPortUnlessItIsEighty() throws {
+        #expect(try self.head("http://Example.COM/a").host == ["example.com"])
+        #expect(try self.head("http://example.com:8080/a").host == ["example.com:8080"])
+        #expect(try self.head("http://127.0.0.1:80/a").host == ["127.0.0.1"])
     }
 
-    @Test func bracketsAnIPv6Host() {
-        #expect(self.head("http://[::1]:8080/a").host == ["[::1]:8080"])
+    @Test func bracketsAnIPv6Host() throws {
+        #expect(try self.head("http://[::1]:8080/a").host == ["[::1]:8080"])
     }
 
-    @Test func keepsTheCallersOwnHostHeader() {
-        #expect(self.head("http://127.0.0.1/a", [("Host", "files.example.com")]).host == ["files.example.com"])
+    @Test func keepsTheCallersOwnHostHeader() throws {
+        #expect(try self.head("http://127.0.0.1/a", [("Host", "files.example.com")]).host == ["files.example.com"])
+    }
+
+    @Test func refusesAFieldThatCouldEndItsLineOrANameThatIsNotAToken() throws {
+        let url = "http://example.com/f"
+        for value in ["a\r\nX-Injected: 1", "a\nb", "a\rb", "nul\u{0}", "bell\u{7}", "delete\u{7F}"] {
+            #expect(throws: HaulError.self, "\(value.debugDescription)") { try self.head(url, [("X-A", value)]) }
+        }
+        for name in ["", "X A", "X:A", "X\r\nY", "é"] {
+            #expect(throws: HaulError.self, "\(name.debugDescription)") { try self.head(url, [(name, "1")]) }
+        }
+        let error = #expect(throws: HaulError.self) { try self.head(url, [("X-A", "a\r\nX-Injected: 1")]) }
+        #expect(error?.code == .invalidRequest)
+        #expect(error?.message == "The value of the header \"X-A\" has a control character")
+        // A tab, text past ASCII, and every punctuation a token may hold go out as they are.
+        _ = try self.head(url, [("X-A", "tab\there"), ("X-B", "naïve café"), ("!#$%&'*+-.^_`|~09azAZ", "1")])
+    }
+
+    @Test func checksTheTargetForSpacesAndControlCharacters() {
+        #expect(RequestCheck.isValidTarget("/a%20b?x=1"))
+        #expect(!RequestCheck.isValidTarget("/a b"))
+        #expect(!RequestCheck.isValidTarget("/a\r\nX: 1"))
+        #expect(!RequestCheck.isValidTarget("/é"))
+        #expect(!RequestCheck.isValidTarget(""))
     }
 }
 

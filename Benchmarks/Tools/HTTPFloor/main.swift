@@ -363,7 +363,9 @@ func fetchRaw(_ urls: [String], concurrency: Int, folder: String?) async throws 
         let connected = RawList.bootstrap(loop)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                    // As Haul's connections: without SwiftNIO's outbound validator (Haul checks a request as it makes
+                    // it; these requests are the list's own).
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers(enableOutboundHeaderValidation: false)
                     try channel.pipeline.syncOperations.addHandler(RawFetcher(list: list, folder: folder, done: done))
                 }
             }
@@ -388,7 +390,9 @@ func fetchRawAsync(_ urls: [String], concurrency: Int, folder: String?) async th
                 let channel = try await RawList.bootstrap(group)
                     .connect(host: list.hostName, port: list.port) { channel in
                         channel.eventLoop.makeCompletedFuture {
-                            try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                            try channel.pipeline.syncOperations.addHTTPClientHandlers(
+                                enableOutboundHeaderValidation: false
+                            )
                             return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(
                                 wrappingChannelSynchronously: channel
                             )

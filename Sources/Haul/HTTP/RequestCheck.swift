@@ -1,0 +1,39 @@
+/// What a request's target and fields may hold to be written as they are (RFC 9112 and RFC 9110), checked over their
+/// bytes once, as the request is made, on the connections Haul makes itself: above all no CR, LF or NUL, which would
+/// let a value end the line it is on and add lines of its own to the request.
+enum RequestCheck {
+    /// A request target of visible ASCII: no space, control character or byte past 0x7E (a URL's path and query as
+    /// they were written, percent-encoded).
+    static func isValidTarget(_ target: String) -> Bool {
+        var target = target
+        return !target.isEmpty && target.withUTF8 { $0.allSatisfy { (0x21...0x7E).contains($0) } }
+    }
+
+    /// A field name: a token, one or more of letters, digits and ``tokenPunctuation``.
+    static func isValidName(_ name: String) -> Bool {
+        var name = name
+        return !name.isEmpty && name.withUTF8 { $0.allSatisfy(Self.isTokenByte) }
+    }
+
+    /// A field value: no control character but the horizontal tab (bytes past 0x7F are text in some encoding, and
+    /// allowed, as RFC 9110's obs-text).
+    static func isValidValue(_ value: String) -> Bool {
+        var value = value
+        return value.withUTF8 { bytes in
+            bytes.allSatisfy { $0 == UInt8(ascii: "\t") || ($0 >= 0x20 && $0 != 0x7F) }
+        }
+    }
+
+    /// The punctuation a token may hold (RFC 9110, 5.6.2).
+    static let tokenPunctuation = Array("!#$%&'*+-.^_`|~".utf8)
+
+    private static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"):
+            true
+        default:
+            Self.tokenPunctuation.contains(byte)
+        }
+    }
+}
