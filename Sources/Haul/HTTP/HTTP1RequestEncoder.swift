@@ -77,6 +77,7 @@ final class HTTP1RequestEncoder: ChannelOutboundHandler, RemovableChannelHandler
             }
             put(UInt8(ascii: "\r"))
             put(UInt8(ascii: "\n"))
+            assert(written == size, "the head's size was counted before it was written")
             return written
         }
         self.buffer = buffer
