@@ -134,6 +134,30 @@ struct UploadTests {
         }
     }
 
+    @Test func aHeaderThatWouldEndItsLineFailsAnUploadWithTheErrorADownloadGets() async throws {
+        try await FaultInjectingServer.withServer { server in
+            try await withTemporaryDirectory { folder in
+                let files = try Self.makeFiles([10_000, 10_000], in: folder)
+                let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
+                    try await manager.enqueue([
+                        .upload(
+                            file: files[0].url,
+                            to: server.url("/bad"),
+                            id: "bad",
+                            headers: [("X-Token", "1\r\nX-Injected: yes")]
+                        ),
+                        .upload(file: files[1].url, to: server.url("/fine"), id: "fine", headers: [("X-Token", "2")]),
+                    ]).report()
+                }
+                #expect(report.completed.map(\.item.id) == ["fine"])
+                #expect(report.errors["bad"]?.code == .invalidRequest)
+                #expect(report.errors["bad"]?.message == "The value of the header \"X-Token\" has a control character")
+                #expect(report.items.first { $0.id == "bad" }?.attempts == 1, "not retried")
+                #expect(server.requests.map(\.path) == ["/fine"])
+            }
+        }
+    }
+
     @Test func batchProgressIsWeightedByBytesAndEndsAtTheTotal() async throws {
         try await FaultInjectingServer.withServer { server in
             try await withTemporaryDirectory { folder in

@@ -213,15 +213,8 @@ final class ConnectionPool: Sendable {
             let host = origin.host.utf8.contains(UInt8(ascii: ":")) ? "[\(origin.host)]" : origin.host
             fields.add(name: "Host", value: origin.port == 80 ? host : "\(host):\(origin.port)")
         }
-        for (name, value) in headers {
-            guard RequestCheck.isValidName(name) else {
-                throw HaulError(.invalidRequest, "The header name \"\(name)\" is not a valid HTTP field name")
-            }
-            guard RequestCheck.isValidValue(value) else {
-                throw HaulError(.invalidRequest, "The value of the header \"\(name)\" has a control character")
-            }
-            fields.add(name: name, value: value)
-        }
+        try RequestCheck.checkFields(headers)
+        for (name, value) in headers { fields.add(name: name, value: value) }
         return HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: fields)
     }
 

@@ -102,18 +102,13 @@ struct HTTPTransport: Sendable {
         headers: [(name: String, value: String)]
     ) async throws -> ResponseStream.Started {
         try await self.following(.GET, url, headers: headers) { current, headers in
-            // Haul's own connections where they take the URL (its origin found once), the client otherwise.
+            // Haul's own connections where they take the URL (its origin found once, its fields checked as its head
+            // is made), the client otherwise (its fields checked first).
             let route: Route =
                 if self.pool.isAvailable, let origin = self.pool.origin(of: current) {
                     .pool(origin)
                 } else {
-                    .client(
-                        try HTTPClient.Request(
-                            url: current,
-                            method: .GET,
-                            headers: HTTPHeaders(headers.map { ($0.name, $0.value) })
-                        )
-                    )
+                    .client(try Self.clientRequest(current, headers: headers))
                 }
             do {
                 let started =
@@ -130,6 +125,13 @@ struct HTTPTransport: Sendable {
         }
     }
 
+    /// A GET for AsyncHTTPClient, its fields checked first (``RequestCheck``).
+    private static func clientRequest(_ url: URL, headers: [(name: String, value: String)]) throws -> HTTPClient.Request
+    {
+        try RequestCheck.checkFields(headers)
+        return try HTTPClient.Request(url: url, method: .GET, headers: HTTPHeaders(headers.map { ($0.name, $0.value) }))
+    }
+
     /// Sends a request, follows redirects, and returns the final response once its head has arrived.
     ///
     /// Redirects (301, 302, 303, 307, 308 with a `Location`) are followed up to ``maximumRedirects``; a loop fails at
@@ -144,6 +146,7 @@ struct HTTPTransport: Sendable {
         body: (@Sendable () throws -> HTTPClientRequest.Body)?
     ) async throws -> HTTPClientResponse {
         try await self.following(method, url, headers: headers) { current, headers in
+            try RequestCheck.checkFields(headers)
             var request = HTTPClientRequest(url: current.absoluteString)
             request.method = method
             for (name, value) in headers { request.headers.add(name: name, value: value) }

@@ -1,7 +1,21 @@
 /// What a request's target and fields may hold to be written as they are (RFC 9112 and RFC 9110), checked over their
-/// bytes once, as the request is made, on the connections Haul makes itself: above all no CR, LF or NUL, which would
-/// let a value end the line it is on and add lines of its own to the request.
+/// bytes once, as the request is made: above all no CR, LF or NUL, which would let a value end the line it is on and
+/// add lines of its own to the request. Haul's own connections check the target too; AsyncHTTPClient's requests
+/// (https, uploads, deletions) have their fields checked here as well, so that every request refuses such a field
+/// with the same error (SwiftNIO's validator refused it as a "malformed response").
 enum RequestCheck {
+    /// Throws ``HaulError/Code/invalidRequest``, naming the field, for the first field that cannot be sent as it is.
+    static func checkFields(_ fields: [(name: String, value: String)]) throws(HaulError) {
+        for (name, value) in fields {
+            guard Self.isValidName(name) else {
+                throw HaulError(.invalidRequest, "The header name \"\(name)\" is not a valid HTTP field name")
+            }
+            guard Self.isValidValue(value) else {
+                throw HaulError(.invalidRequest, "The value of the header \"\(name)\" has a control character")
+            }
+        }
+    }
+
     /// A request target of visible ASCII: no space, control character or byte past 0x7E (a URL's path and query as
     /// they were written, percent-encoded).
     static func isValidTarget(_ target: String) -> Bool {
