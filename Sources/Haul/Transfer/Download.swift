@@ -41,6 +41,7 @@ extension Download {
     /// Everything one attempt needs, taken from the manager's record when the attempt starts.
     ///
     /// Uploads and deletions use it too, with the fields that concern them (URL, headers, progress, bandwidth, hooks).
+    @dynamicMemberLookup
     struct Plan: Sendable {
         /// What no attempt changes. A plan goes from the manager to the attempt, its writer and its publication;
         /// with these fields in the plan itself, each copy retained and each end released some twenty references
@@ -97,27 +98,8 @@ extension Download {
             self.validator = validator
         }
 
-        var id: TransferID { self.box.fixed.id }
-        var operation: TransferRequest.Operation { self.box.fixed.operation }
-        var url: URL { self.box.fixed.url }
-        var headers: [(name: String, value: String)] { self.box.fixed.headers }
-        var folder: URL { self.box.fixed.folder }
-        var folderPath: String { self.box.fixed.folderPath }
-        var usesContentDisposition: Bool { self.box.fixed.usesContentDisposition }
-        var conflictPolicy: ConflictPolicy { self.box.fixed.conflictPolicy }
-        var expectedByteCount: Int64? { self.box.fixed.expectedByteCount }
-        var checksum: Checksum? { self.box.fixed.checksum }
-        var computesSHA256: Bool { self.box.fixed.computesSHA256 }
-        var synchronizesFiles: Bool { self.box.fixed.synchronizesFiles }
-        var namesFilesWhenPublished: Bool { self.box.fixed.namesFilesWhenPublished }
-        var progress: ProgressCell { self.box.fixed.progress }
-        var maximumFileSize: Int64? { self.box.fixed.maximumFileSize }
-        var lowSpeedLimit: TransferManager.LowSpeedLimit? { self.box.fixed.lowSpeedLimit }
-        var idleTimeout: Duration { self.box.fixed.idleTimeout }
-        var bandwidth: BandwidthLimiter { self.box.fixed.bandwidth }
-        var transferBandwidth: BandwidthLimiter? { self.box.fixed.transferBandwidth }
-        var hooks: TransferManager.Hooks { self.box.fixed.hooks }
-        var attempt: Int { self.box.fixed.attempt }
+        /// A field of ``Fixed`` (`plan.url`, `plan.hooks`, ...), read from the shared object.
+        subscript<T>(dynamicMember field: KeyPath<Fixed, T>) -> T { self.box.fixed[keyPath: field] }
 
         /// The URL and headers for this attempt: the caller's request provider's, when there is one.
         nonisolated(nonsending) func preparedRequest() async -> (url: URL, headers: [(name: String, value: String)]) {
