@@ -393,8 +393,9 @@ struct TransferStoreTests {
         #expect(try store.batches().isEmpty)
     }
 
-    /// A database's schema as lines to compare: each table (with its kind: rowid or not), each column (its type,
-    /// constraint, default and place in the key), each index (unique or not, and why it exists) and each foreign key.
+    /// A database's schema as lines to compare: each table (with its kind: rowid or not, strict or not), each column
+    /// (its type, constraint, default and place in the key), each index (unique or not, and why it exists), each
+    /// foreign key, each view and trigger.
     /// The text SQLite keeps of each `CREATE` is left out: migrations leave their `ALTER TABLE`s' marks in it.
     static func schema(_ db: Database) throws -> [String] {
         var lines: [String] = []
@@ -404,8 +405,10 @@ struct TransferStoreTests {
         )
         for table in tables {
             let name: String = table["name"]
-            let withoutRowID: Bool = table["wr"]
-            lines.append("table \(name) \(table["type"] as String)\(withoutRowID ? " without rowid" : "")")
+            let (withoutRowID, strict): (Bool, Bool) = (table["wr"], table["strict"])
+            lines.append(
+                "table \(name) \(table["type"] as String)\(withoutRowID ? " without rowid" : "")\(strict ? " strict" : "")"
+            )
             for column in try Row.fetchAll(
                 db,
                 sql: "SELECT * FROM pragma_table_xinfo(?) ORDER BY cid",
@@ -427,6 +430,13 @@ struct TransferStoreTests {
             ) {
                 lines.append("foreign key \(name) \(key)")
             }
+        }
+        // Views and triggers, by name (there are none yet).
+        for other in try Row.fetchAll(
+            db,
+            sql: "SELECT type, name FROM sqlite_master WHERE type IN ('view', 'trigger') ORDER BY type, name"
+        ) {
+            lines.append("\(other["type"] as String) \(other["name"] as String)")
         }
         return lines
     }
