@@ -409,26 +409,14 @@ struct TransferStoreTests {
             lines.append(
                 "table \(name) \(table["type"] as String)\(withoutRowID ? " without rowid" : "")\(strict ? " strict" : "")"
             )
-            for column in try Row.fetchAll(
-                db,
-                sql: "SELECT * FROM pragma_table_xinfo(?) ORDER BY cid",
-                arguments: [name]
-            ) {
-                lines.append("column \(name) \(column)")
-            }
-            for index in try Row.fetchAll(
-                db,
-                sql: "SELECT * FROM pragma_index_list(?) ORDER BY name",
-                arguments: [name]
-            ) {
-                lines.append("index \(name) \(index)")
-            }
-            for key in try Row.fetchAll(
-                db,
-                sql: "SELECT * FROM pragma_foreign_key_list(?) ORDER BY id",
-                arguments: [name]
-            ) {
-                lines.append("foreign key \(name) \(key)")
+            // What each table-valued pragma says of the table, in a stable order.
+            let details = [
+                ("column", "pragma_table_xinfo", "cid"), ("index", "pragma_index_list", "name"),
+                ("foreign key", "pragma_foreign_key_list", "id"),
+            ]
+            for (label, pragma, order) in details {
+                let sql = "SELECT * FROM \(pragma)(?) ORDER BY \(order)"
+                for row in try Row.fetchAll(db, sql: sql, arguments: [name]) { lines.append("\(label) \(name) \(row)") }
             }
         }
         // Views and triggers, by name (there are none yet).
