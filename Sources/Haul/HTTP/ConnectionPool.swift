@@ -253,13 +253,11 @@ final class ConnectionPool: Sendable {
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    // SwiftNIO's response decoder, Haul's request encoder in place of SwiftNIO's, and no validator:
+                    // Haul's request encoder and response decoder in place of SwiftNIO's, and no validator:
                     // ``requestHead(_:origin:headers:)`` checks each request as it is made (the validator looked at
                     // it again in the pipeline, about 4,500 instructions a request).
                     try pipeline.addHandler(HTTP1RequestEncoder())
-                    try pipeline.addHandler(
-                        ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .dropBytes))
-                    )
+                    try pipeline.addHandler(ByteToMessageHandler(HTTP1ResponseDecoder()))
                     try pipeline.addHandler(IdleStateHandler(readTimeout: idleTimeout))
                     try pipeline.addHandler(HTTP1ConnectionHandler(pool: self, origin: origin))
                 }

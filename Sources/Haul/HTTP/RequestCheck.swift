@@ -41,7 +41,8 @@ enum RequestCheck {
     /// The punctuation a token may hold (RFC 9110, 5.6.2).
     static let tokenPunctuation = Array("!#$%&'*+-.^_`|~".utf8)
 
-    private static func isTokenByte(_ byte: UInt8) -> Bool {
+    /// Whether `byte` may be part of a token: a field's name, in a request or a response.
+    static func isTokenByte(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
             UInt8(ascii: "0")...UInt8(ascii: "9"):
