@@ -8,8 +8,8 @@ import NIOHTTP1
 /// SwiftNIO's `HTTPRequestEncoder` wrote a head a piece at a time into a buffer that grew as it went (nineteen writes,
 /// each with its checks, and a reallocation, for a head of three fields), looked for framing fields, and wrote an
 /// empty buffer for the end: about 7,000 instructions a request (`callgrind`, 2,000 small files). Its place in the
-/// pipeline is the same: SwiftNIO's response decoder still sees each request part on its way (it learns the method of
-/// each response's request from them).
+/// pipeline is the same. The response decoder (``HTTP1ResponseDecoder``) needs no request part: every request here is a
+/// GET.
 final class HTTP1RequestEncoder: ChannelOutboundHandler, RemovableChannelHandler {
     typealias OutboundIn = HTTPClientRequestPart
     typealias OutboundOut = IOData
