@@ -18,7 +18,7 @@ struct HTTP1ResponseDecoderTests {
     /// Feeds `input` to a decoder in pieces of `piece` bytes (all at once when `nil`), then closes its input when
     /// `close`; adjacent body parts are joined, since how a body is cut depends on how it arrives.
     func decode(_ input: String, piece: Int? = nil, close: Bool = true) throws -> Decoded {
-        let channel = EmbeddedChannel(handler: ByteToMessageHandler(HTTP1ResponseDecoder()))
+        let channel = EmbeddedChannel(handler: HTTP1ResponseHandler())
         var decoded = Decoded()
         let bytes = Array(input.utf8)
         let size = piece ?? max(bytes.count, 1)
@@ -159,6 +159,41 @@ struct HTTP1ResponseDecoderTests {
     func aMalformedResponseFailsWithSwiftNIOsErrorForIt(input: String, expected: HTTPParserError) throws {
         let decoded = try self.decode(input, close: false)
         #expect(decoded.error == expected, "\(decoded)")
+    }
+
+    /// Closes its channel when a response's head arrives, and notes what it hears.
+    final class ClosingOnHead: ChannelInboundHandler {
+        typealias InboundIn = HTTPClientResponsePart
+        var heard: [String] = []
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            switch self.unwrapInboundIn(data) {
+            case .head:
+                self.heard.append("head")
+                context.close(promise: nil)
+            case .body(let buffer): self.heard.append("body \(String(buffer: buffer))")
+            case .end: self.heard.append("end")
+            }
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: any Error) {
+            self.heard.append("error \(error)")
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            self.heard.append("inactive")
+        }
+    }
+
+    @Test func aCloseFromAHandlerAfterItEndsTheInputOnceTheReadIsDecodedAndThenReachesThatHandler() throws {
+        let closing = ClosingOnHead()
+        let channel = EmbeddedChannel(handlers: [HTTP1ResponseHandler(), closing])
+        try? channel.writeInbound(ByteBuffer(string: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"))
+        #expect(
+            closing.heard == ["head", "body abc", "error \(HTTPParserError.invalidEOFState)", "inactive"],
+            "the rest of the read, then the cut body's error, then the close, each once"
+        )
+        _ = try? channel.finish()
     }
 
     @Test func aHeadLargerThanTheLimitFailsEvenBeforeItEnds() throws {
