@@ -188,7 +188,7 @@ struct HTTP1ResponseDecoderTests {
     @Test func aCloseFromAHandlerAfterItEndsTheInputOnceTheReadIsDecodedAndThenReachesThatHandler() throws {
         let closing = ClosingOnHead()
         let channel = EmbeddedChannel(handlers: [HTTP1ResponseHandler(), closing])
-        try? channel.writeInbound(ByteBuffer(string: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"))
+        _ = try? channel.writeInbound(ByteBuffer(string: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"))
         #expect(
             closing.heard == ["head", "body abc", "error \(HTTPParserError.invalidEOFState)", "inactive"],
             "the rest of the read, then the cut body's error, then the close, each once"
