@@ -200,15 +200,16 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
 
     // MARK: Reading
 
-    /// Reads one line (without its CRLF or LF) when its end is within `limit` bytes, or reads nothing.
+    /// Reads one line (without its CRLF or LF, as ``Lines`` splits a head) when its end is within `limit` bytes, or
+    /// reads nothing.
     private static func readLine(from buffer: inout ByteBuffer, limit: Int) -> ByteBuffer? {
-        let end = buffer.withUnsafeReadableBytes { bytes -> Int? in
-            bytes.prefix(limit + 1).firstIndex(of: UInt8(ascii: "\n"))
+        let found = buffer.withUnsafeReadableBytes { bytes -> (line: Range<Int>, length: Int)? in
+            var lines = Lines(UnsafeRawBufferPointer(rebasing: bytes.prefix(limit + 1)))
+            return lines.next().map { ($0, lines.consumed) }
         }
-        guard let end else { return nil }
-        var line = buffer.readSlice(length: end + 1)!
-        line.moveWriterIndex(to: line.writerIndex - 1)
-        if line.readableBytesView.last == UInt8(ascii: "\r") { line.moveWriterIndex(to: line.writerIndex - 1) }
+        guard let found else { return nil }
+        let line = buffer.getSlice(at: buffer.readerIndex + found.line.lowerBound, length: found.line.count)!
+        buffer.moveReaderIndex(forwardBy: found.length)
         return line
     }
 
@@ -245,7 +246,10 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
 
     /// Reads a whole head, once its empty line has arrived (`nil` until then); `searched` bytes of it were searched
     /// for that line before, and are not again.
-    static func readHead(from buffer: inout ByteBuffer, searched: inout Int) throws -> (HTTPResponseHead, BodyLength)? {
+    private static func readHead(
+        from buffer: inout ByteBuffer,
+        searched: inout Int
+    ) throws -> (HTTPResponseHead, BodyLength)? {
         let end = buffer.withUnsafeReadableBytes { Self.headLength($0, from: searched) }
         guard let end else {
             guard buffer.readableBytes <= Self.maximumHeadSize else { throw HTTPParserError.headerOverflow }
@@ -308,9 +312,7 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
             let name = UnsafeRawBufferPointer(rebasing: line[..<colon])
             let value = Self.trimmed(line, from: colon + 1)
             // No control character in a value but the tab, as llhttp (and Haul's requests: ``RequestCheck``) have it.
-            guard !value.contains(where: { ($0 < 0x20 && $0 != UInt8(ascii: "\t")) || $0 == 0x7F }) else {
-                throw HTTPParserError.invalidHeaderToken
-            }
+            guard value.allSatisfy(RequestCheck.isValueByte) else { throw HTTPParserError.invalidHeaderToken }
             if name.count == 14, Self.equalsIgnoringCase(name, "content-length") {
                 length = try Self.contentLength(value, before: length)
             } else if name.count == 17, Self.equalsIgnoringCase(name, "transfer-encoding") {

@@ -33,9 +33,13 @@ enum RequestCheck {
     /// allowed, as RFC 9110's obs-text).
     static func isValidValue(_ value: String) -> Bool {
         var value = value
-        return value.withUTF8 { bytes in
-            bytes.allSatisfy { $0 == UInt8(ascii: "\t") || ($0 >= 0x20 && $0 != 0x7F) }
-        }
+        return value.withUTF8 { $0.allSatisfy(Self.isValueByte) }
+    }
+
+    /// Whether `byte` may be part of a field's value, in a request or a response: any byte but a control character
+    /// other than the horizontal tab.
+    static func isValueByte(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "\t") || (byte >= 0x20 && byte != 0x7F)
     }
 
     /// The punctuation a token may hold (RFC 9110, 5.6.2).
