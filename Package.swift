@@ -10,6 +10,20 @@ let nioOnEventLoops: [Target.Dependency] = [
     .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
 ]
 
+/// Release builds of Haul's own modules reach generic types' metadata through accessor functions, not by demangling
+/// their names at run time: each generic requirement in such a name (`Dictionary<TransferID, Record>` needs
+/// `TransferID: Hashable`) was answered, once per process, by the runtime's search of every conformance record in the
+/// process (9,212 in the `haul` command). One small file's `haul get`: 76 → 62 different searches, 47.2 → 39.7 million
+/// instructions, 0.94 of the time (20 rounds). Packages that use Haul accept the flag (tools version 6.2 and later);
+/// building everything with it (`-Xswiftc -Xfrontend -Xswiftc` and the flag) removes 16 searches more, in the
+/// dependencies (docs/benchmarks.md, twenty-second session).
+let directMetadataAccess: [SwiftSetting] = [
+    .unsafeFlags(
+        ["-Xfrontend", "-disable-concrete-type-metadata-mangled-name-accessors"],
+        .when(configuration: .release)
+    )
+]
+
 /// Every target compiles in the Swift 6 language mode (the tools version's default) with warnings
 /// treated as a defect by `.ci/run`, not by a flag here, so downstream builds never break on a new warning.
 let package = Package(
@@ -53,7 +67,8 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
-            ]
+            ],
+            swiftSettings: directMetadataAccess
         ),
         .executableTarget(
             name: "HaulCommand",
@@ -74,7 +89,8 @@ let package = Package(
             // runtime's backtracer looks its own address up with `dladdr`, a linear scan of that table. Without them
             // (nothing in the process looks a symbol of the executable up by name; a crash's backtrace reads the
             // symbol table, which stays): `haul --version` 4.4 → 3.7 ms, one small file 10.6 → 9.7 ms (80 runs each).
-            swiftSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux], configuration: .release))],
+            swiftSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux], configuration: .release))]
+                + directMetadataAccess,
             linkerSettings: [
                 .unsafeFlags(
                     ["-static-stdlib", "-Xlinker", "--no-export-dynamic"],
