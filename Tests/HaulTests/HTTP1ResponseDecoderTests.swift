@@ -161,6 +161,36 @@ struct HTTP1ResponseDecoderTests {
         #expect(decoded.error == expected, "\(decoded)")
     }
 
+    @Test(arguments: [
+        (HTTPVersion.http1_1, [String](), true),
+        (.http1_0, [], false),
+        (.http1_1, ["close"], false),
+        (.http1_1, [" Close\t"], false),
+        (.http1_0, ["Keep-Alive"], true),
+        (.http1_0, ["upgrade, keep-alive"], true),
+        (.http1_1, ["Upgrade"], true),
+        (.http1_1, ["keep-alive, close"], false),
+        (.http1_1, ["keep-alive", "keep-alive"], false),
+        (.http1_0, ["keep-alive", "Upgrade"], true),
+        (.http1_1, ["close", "keep-alive"], false),
+        (.http1_1, [",,close,"], false),
+        (.http1_0, [""], false),
+        (.http1_1, ["closed", "keep-alive-ish"], true),
+    ])
+    func aResponseKeepsItsConnectionAsSwiftNIOWouldHaveIt(
+        version: HTTPVersion,
+        connectionFields: [String],
+        expected: Bool
+    ) {
+        var headers = HTTPHeaders([("Server", "test"), ("Content-Length", "0")])
+        for (index, value) in connectionFields.enumerated() {
+            headers.add(name: index.isMultiple(of: 2) ? "Connection" : "CONNECTION", value: value)
+        }
+        let head = HTTPResponseHead(version: version, status: .ok, headers: headers)
+        #expect(HTTP1ResponseDecoder.keepsAlive(head) == expected)
+        #expect(head.isKeepAlive == expected, "SwiftNIO's own answer, the rule this follows")
+    }
+
     /// Closes its channel when a response's head arrives, and notes what it hears.
     final class ClosingOnHead: ChannelInboundHandler {
         typealias InboundIn = HTTPClientResponsePart

@@ -101,7 +101,7 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch self.unwrapInboundIn(data) {
         case .head(let head):
-            let action = self.machine.headReceived(keepAlive: head.isKeepAlive)
+            let action = self.machine.headReceived(keepAlive: HTTP1ResponseDecoder.keepsAlive(head))
             if action == .deliver {
                 self.exchange?.stream.headReceived(head)
             } else {

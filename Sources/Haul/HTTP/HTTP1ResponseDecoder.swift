@@ -325,6 +325,42 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
         return (HTTPResponseHead(version: version, status: status, headers: HTTPHeaders(fields)), body)
     }
 
+    /// Whether `head` lets its connection carry another exchange: SwiftNIO's rule (`HTTPResponseHead.isKeepAlive`),
+    /// read from the fields' bytes. A `close` token in a `Connection` field means no; one `keep-alive` token alone
+    /// means yes; two recognised tokens or more mean no; none leave it to the version (HTTP/1.1 and later: yes).
+    ///
+    /// SwiftNIO knows the answer without reading the fields again only for heads its own parser made; for these
+    /// (built from their fields) it gathered every `Connection` value in its canonical form, each token a new
+    /// string: about 8,400 instructions a response, 4 % of a run of 2,000 small files (`callgrind`).
+    static func keepsAlive(_ head: HTTPResponseHead) -> Bool {
+        var recognised = 0
+        var closes = false
+        for field in head.headers where field.name.utf8.count == 10 {
+            var (name, value) = field
+            guard name.withUTF8({ Self.equalsIgnoringCase(UnsafeRawBufferPointer($0), "connection") }) else {
+                continue
+            }
+            value.withUTF8 { utf8 in
+                let value = UnsafeRawBufferPointer(utf8)
+                var start = 0
+                while start <= value.count {
+                    var end = start
+                    while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
+                    let token = Self.trimmed(UnsafeRawBufferPointer(rebasing: value[start..<end]), from: 0)
+                    if Self.equalsIgnoringCase(token, "close") {
+                        recognised += 1
+                        closes = true
+                    } else if Self.equalsIgnoringCase(token, "keep-alive") {
+                        recognised += 1
+                    }
+                    start = end + 1
+                }
+            }
+        }
+        if recognised == 0 { return head.version.major == 1 && head.version.minor >= 1 }
+        return recognised == 1 && !closes
+    }
+
     /// `HTTP/1.1 200 OK`: the version, and the status with the server's reason when the code is not a known one.
     private static func statusLine(_ line: UnsafeRawBufferPointer) throws -> (HTTPVersion, HTTPResponseStatus) {
         guard line.count >= 12, line[0] == UInt8(ascii: "H"), line[1] == UInt8(ascii: "T"),
