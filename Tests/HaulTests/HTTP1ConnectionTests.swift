@@ -146,6 +146,10 @@ struct HTTP1RequestHeadTests {
 
     @Test func keepsTheCallersOwnHostHeader() throws {
         #expect(try self.head("http://127.0.0.1/a", [("Host", "files.example.com")]).host == ["files.example.com"])
+        #expect(try self.head("http://127.0.0.1/a", [("hOST", "files.example.com")]).host == ["files.example.com"])
+        for other in ["Hose", "Hosts", "Ho5t"] {
+            #expect(try self.head("http://127.0.0.1/a", [(other, "x")]).host == ["127.0.0.1"], "\(other) is not Host")
+        }
     }
 
     @Test func refusesAFieldThatCouldEndItsLineOrANameThatIsNotAToken() throws {

@@ -205,17 +205,27 @@ final class ConnectionPool: Sendable {
         guard RequestCheck.isValidTarget(target) else {
             throw HaulError(.invalidRequest, "The URL's path or query cannot be sent as it is: \(url.absoluteString)")
         }
-        var fields = HTTPHeaders()
+        try RequestCheck.checkFields(headers)
+        // Gathered, then handed over at once: `HTTPHeaders.add` checked each name for non-ASCII bytes through a generic
+        // search (every name here is a checked token), and the search for a `Host` field lowercased each name into a
+        // new string; 2,400 instructions a request (`callgrind`, 2,000 small files).
+        var fields: [(String, String)] = []
         fields.reserveCapacity(headers.count + 1)
-        if !headers.contains(where: { $0.name.lowercased() == "host" }) {
+        if !headers.contains(where: {
+            $0.name.utf8.count == 4 && $0.name.utf8.elementsEqual("host".utf8, by: Self.sameLetter)
+        }) {
             // A byte search: `contains(":")` resolved to Foundation's, which bridged the host to `NSString` on every
             // request (1 % of the event loops' CPU on 2,000 small files).
             let host = origin.host.utf8.contains(UInt8(ascii: ":")) ? "[\(origin.host)]" : origin.host
-            fields.add(name: "Host", value: origin.port == 80 ? host : "\(host):\(origin.port)")
+            fields.append(("Host", origin.port == 80 ? host : "\(host):\(origin.port)"))
         }
-        try RequestCheck.checkFields(headers)
-        for (name, value) in headers { fields.add(name: name, value: value) }
-        return HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: fields)
+        for (name, value) in headers { fields.append((name, value)) }
+        return HTTPRequestHead(version: .http1_1, method: .GET, uri: target, headers: HTTPHeaders(fields))
+    }
+
+    /// Whether two ASCII bytes are the same letter in either case (or the same byte).
+    private static func sameLetter(_ a: UInt8, _ b: UInt8) -> Bool {
+        a == b || (a | 0x20 == b | 0x20 && (a | 0x20) >= UInt8(ascii: "a") && (a | 0x20) <= UInt8(ascii: "z"))
     }
 
     /// An open idle connection to `origin`, one on `loop` if there is one; `nil` when none is idle.
