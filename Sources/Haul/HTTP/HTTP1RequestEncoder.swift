@@ -15,8 +15,9 @@ final class HTTP1RequestEncoder: ChannelOutboundHandler, RemovableChannelHandler
     typealias OutboundOut = IOData
 
     /// The last head's buffer: once the socket has written it, nothing else holds it, and the next head is written
-    /// into it in place (a connection sends one request at a time).
-    private var buffer: ByteBuffer?
+    /// into it in place (a connection sends one request at a time). Used on the channel's event loop only, never
+    /// while in use (no run-time exclusivity check).
+    @exclusivity(unchecked) private var buffer: ByteBuffer?
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         switch self.unwrapOutboundIn(data) {
