@@ -371,6 +371,22 @@ struct TransferStoreTests {
         #expect(synchronous == 1, "NORMAL on the store's own connection")
     }
 
+    @Test func aDatabaseFileMadeWithoutTheWriteAheadLogIsSwitchedToItWhenOpenedAsAStore() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appending(path: "state.sqlite")
+        // Made by another program, with SQLite's default rollback journal.
+        try DatabaseQueue(path: path.path).write { try $0.execute(sql: "CREATE TABLE other (x INTEGER)") }
+
+        let store = try TransferStore(path: path)
+        #expect(try store.batches().isEmpty)
+        let mode = try store.database.read { try String.fetchOne($0, sql: "PRAGMA journal_mode") }
+        #expect(mode == "wal")
+        let reopened = try DatabaseQueue(path: path.path).read { try String.fetchOne($0, sql: "PRAGMA journal_mode") }
+        #expect(reopened == "wal", "kept in the file")
+    }
+
     @Test func aNewStoreIsCreatedWithTheSchemaItsMigrationsMakeAndEachOfThemRecordedAsApplied() throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
