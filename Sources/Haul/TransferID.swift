@@ -39,16 +39,50 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
     public static func derived(url: String, destination: String) -> TransferID {
         // Over the strings' own bytes (no copies into arrays): computed for every request, and for every attempt's
         // partial file name.
-        var hasher = SHA256()
         var (url, destination) = (url, destination)
-        url.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
-        withUnsafeBytes(of: UInt8(0)) { hasher.update(bufferPointer: $0) }
-        destination.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
-        // The digest's first eight bytes, in order: the number whose 16 hex digits they are.
-        let value = hasher.finalize().withUnsafeBytes { bytes in
-            bytes.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        return url.withUTF8 { url in
+            destination.withUTF8 { Self.derived(UnsafeRawBufferPointer(url), UnsafeRawBufferPointer($0)) }
         }
-        return TransferID(hex: value)
+    }
+
+    /// The identifier derived from this one's text as if it were a URL with an empty destination
+    /// (`derived(url: rawValue, destination: "")`), without making that text when it is a derived one's digits.
+    var derivedFromText: TransferID {
+        switch self.storage {
+        case .hex(let value):
+            var digits: (UInt64, UInt64) = (0, 0)
+            return withUnsafeMutableBytes(of: &digits) { digits in
+                for index in 0..<16 {
+                    let nibble = UInt8(truncatingIfNeeded: value >> (60 - 4 * index)) & 0x0f
+                    digits[index] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+                }
+                return Self.derived(UnsafeRawBufferPointer(digits), UnsafeRawBufferPointer(start: nil, count: 0))
+            }
+        case .text(var text):
+            return text.withUTF8 {
+                Self.derived(UnsafeRawBufferPointer($0), UnsafeRawBufferPointer(start: nil, count: 0))
+            }
+        }
+    }
+
+    /// The digest of `url`, a zero byte and `destination`, given to the hasher in one piece: each of swift-crypto's
+    /// updates costs about 200 instructions of its own, and a derivation took three (`callgrind`, 2,000 small files:
+    /// 12,000 updates, 2.3 million instructions).
+    private static func derived(_ url: UnsafeRawBufferPointer, _ destination: UnsafeRawBufferPointer) -> TransferID {
+        withUnsafeTemporaryAllocation(byteCount: url.count + 1 + destination.count, alignment: 1) { bytes in
+            if let base = url.baseAddress { bytes.baseAddress!.copyMemory(from: base, byteCount: url.count) }
+            bytes[url.count] = 0
+            if let base = destination.baseAddress {
+                (bytes.baseAddress! + url.count + 1).copyMemory(from: base, byteCount: destination.count)
+            }
+            var hasher = SHA256()
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(bytes))
+            // The digest's first eight bytes, in order: the number whose 16 hex digits they are.
+            let value = hasher.finalize().withUnsafeBytes { digest in
+                digest.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            }
+            return TransferID(hex: value)
+        }
     }
 
     /// The form `text` is kept in: the number it spells when it is exactly 16 lower-case hex digits.

@@ -231,6 +231,16 @@ struct DerivedIdentifierTests {
         #expect(TransferID.derived(url: "https://example.com/é x", destination: "").rawValue == "a341c6ed00efc95d")
     }
 
+    @Test func anIdentifiersOwnDerivedIdentifierIsThatOfItsTextWithNoDestination() {
+        for id: TransferID in ["202217891a3d3dd1", "0000000000000000", "ffffffffffffffff", "photo-1", "", "é"] {
+            #expect(id.derivedFromText == TransferID.derived(url: id.rawValue, destination: ""), "\(id)")
+        }
+        #expect(
+            TransferID("202217891a3d3dd1").derivedFromText.rawValue == "d70a241e2ae1185a",
+            "Python's hashlib agrees"
+        )
+    }
+
     @Test func aRequestsIdentifierNamesItsOwnDestinationWhenRequestsAlternateBetweenFolders() {
         // The last destination's path is kept for the next request: each request must still get its own.
         let url = URL(string: "https://example.com/a.jpg")!

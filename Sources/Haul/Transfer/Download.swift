@@ -143,7 +143,7 @@ extension Download {
     static func partPath(id: TransferID, folderPath: String, nameComponents: [String]) -> String {
         let name = FileNaming.truncated(nameComponents.last!, maximumBytes: FileNaming.maximumNameBytes - 22)
         // The first 8 hex digits of the identifier's own derived identifier; the path is built in place (per attempt).
-        let derived = TransferID.derived(url: id.rawValue, destination: "").derivedValue!
+        let derived = id.derivedFromText.derivedValue!
         let tag = withUnsafeBytes(of: derived.bigEndian) { String(hexOf: $0.prefix(4)) }
         var path = self.path(in: folderPath, nameComponents.dropLast())
         path.reserveCapacity(path.utf8.count + name.utf8.count + 15)
