@@ -35,7 +35,7 @@ public final class TransferStore: Sendable {
         // Best effort: when it fails (another process created the file first, or is migrating it), the database is
         // opened (or created) and migrated below as any other. When it succeeds, the file holds the current schema
         // and the log, and records every migration as applied: neither the migrator nor the check of the log's mode
-        // has anything to do (their reads, through GRDB's generic fetching, were 1.6 million instructions at each
+        // has anything to do (their reads, through GRDB's generic fetching, were 0.8 million instructions at each
         // start, most of them the runtime's first look-ups of its types' conformances).
         let created = isNew && Self.createUnsynced(path.path)
         var configuration = Configuration()
