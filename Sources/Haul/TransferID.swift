@@ -53,8 +53,7 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
             var digits: (UInt64, UInt64) = (0, 0)
             return withUnsafeMutableBytes(of: &digits) { digits in
                 for index in 0..<16 {
-                    let nibble = UInt8(truncatingIfNeeded: value >> (60 - 4 * index)) & 0x0f
-                    digits[index] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+                    digits[index] = hexDigit(UInt8(truncatingIfNeeded: value >> (60 - 4 * index)) & 0x0f)
                 }
                 return Self.derived(UnsafeRawBufferPointer(digits), UnsafeRawBufferPointer(start: nil, count: 0))
             }
@@ -164,16 +163,18 @@ extension String {
     /// Lower-case hex of the bytes, written straight into the string's storage.
     init<Bytes: Collection>(hexOf bytes: Bytes) where Bytes.Element == UInt8 {
         self.init(unsafeUninitializedCapacity: bytes.count * 2) { utf8 in
-            func digit(_ value: UInt8) -> UInt8 {
-                value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
-            }
             var index = 0
             for byte in bytes {
-                utf8[index] = digit(byte >> 4)
-                utf8[index + 1] = digit(byte & 0x0f)
+                utf8[index] = hexDigit(byte >> 4)
+                utf8[index + 1] = hexDigit(byte & 0x0f)
                 index += 2
             }
             return index
         }
     }
+}
+
+/// The lower-case hex digit of `nibble` (0 to 15), as an ASCII byte.
+private func hexDigit(_ nibble: UInt8) -> UInt8 {
+    nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
 }

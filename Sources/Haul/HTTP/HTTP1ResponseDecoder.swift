@@ -313,9 +313,9 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
             let value = Self.trimmed(line, from: colon + 1)
             // No control character in a value but the tab, as llhttp (and Haul's requests: ``RequestCheck``) have it.
             guard value.allSatisfy(RequestCheck.isValueByte) else { throw HTTPParserError.invalidHeaderToken }
-            if name.count == 14, Self.equalsIgnoringCase(name, "content-length") {
+            if name.count == 14, RequestCheck.equalsIgnoringCase(name, "content-length") {
                 length = try Self.contentLength(value, before: length)
-            } else if name.count == 17, Self.equalsIgnoringCase(name, "transfer-encoding") {
+            } else if name.count == 17, RequestCheck.equalsIgnoringCase(name, "transfer-encoding") {
                 chunked = Self.endsInChunked(value)
             }
             fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
@@ -337,7 +337,7 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
         var closes = false
         for field in head.headers where field.name.utf8.count == 10 {
             var (name, value) = field
-            guard name.withUTF8({ Self.equalsIgnoringCase(UnsafeRawBufferPointer($0), "connection") }) else {
+            guard name.withUTF8({ RequestCheck.equalsIgnoringCase(UnsafeRawBufferPointer($0), "connection") }) else {
                 continue
             }
             value.withUTF8 { utf8 in
@@ -347,10 +347,10 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
                     var end = start
                     while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
                     let token = Self.trimmed(UnsafeRawBufferPointer(rebasing: value[start..<end]), from: 0)
-                    if Self.equalsIgnoringCase(token, "close") {
+                    if RequestCheck.equalsIgnoringCase(token, "close") {
                         recognised += 1
                         closes = true
-                    } else if Self.equalsIgnoringCase(token, "keep-alive") {
+                    } else if RequestCheck.equalsIgnoringCase(token, "keep-alive") {
                         recognised += 1
                     }
                     start = end + 1
@@ -398,18 +398,6 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
     /// Which bytes a token (a field's name) may hold (RFC 9110, 5.6.2), by byte.
     private static let tokenBytes: [Bool] = (0...255).map { RequestCheck.isTokenByte(UInt8($0)) }
 
-    /// Whether `bytes` spell `lowercase` (lower-case ASCII letters, digits and punctuation) in any case.
-    private static func equalsIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ lowercase: StaticString) -> Bool {
-        guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
-        let expected = lowercase.utf8Start
-        for index in 0..<bytes.count {
-            let byte = bytes[index]
-            let folded = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
-            guard folded == expected[index] else { return false }
-        }
-        return true
-    }
-
     /// A `Content-Length` value (one number, or a list of the same one), against the one an earlier field gave.
     private static func contentLength(_ value: UnsafeRawBufferPointer, before: Int?) throws -> Int {
         var length = before
@@ -452,7 +440,7 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
     private static func endsInChunked(_ value: UnsafeRawBufferPointer) -> Bool {
         var start = 0
         for index in 0..<value.count where value[index] == UInt8(ascii: ",") { start = index + 1 }
-        return Self.equalsIgnoringCase(Self.trimmed(value, from: start), "chunked")
+        return RequestCheck.equalsIgnoringCase(Self.trimmed(value, from: start), "chunked")
     }
 
     /// A head's lines, each without its CRLF or LF, as ranges of its bytes.

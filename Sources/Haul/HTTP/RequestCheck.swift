@@ -42,6 +42,19 @@ enum RequestCheck {
         byte == UInt8(ascii: "\t") || (byte >= 0x20 && byte != 0x7F)
     }
 
+    /// Whether `bytes` spell `lowercase` (lower-case ASCII letters, digits and punctuation) in any case: a field's
+    /// name or a token, in a request or a response.
+    static func equalsIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ lowercase: StaticString) -> Bool {
+        guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
+        let expected = lowercase.utf8Start
+        for index in 0..<bytes.count {
+            let byte = bytes[index]
+            let folded = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+            guard folded == expected[index] else { return false }
+        }
+        return true
+    }
+
     /// The punctuation a token may hold (RFC 9110, 5.6.2).
     static let tokenPunctuation = Array("!#$%&'*+-.^_`|~".utf8)
 
