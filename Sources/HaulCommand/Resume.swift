@@ -46,21 +46,30 @@ struct Resume: AsyncParsableCommand {
         let configuration = self.options.configuration(store: store)
         let mode = self.options.mode
         let started = ContinuousClock.now
-        let (reports, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) {
+        let (reports, interrupted, resumedBytes) = try await TransferManager.withTransferManager(
+            configuration: configuration
+        ) {
             manager in
             let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
             defer { interruption.stop() }
             var reports: [BatchReport] = []
+            var resumedBytes: Int64 = 0
             for stored in unfinished {
                 let batch = try manager.resumeStoredBatch(stored.id, headers: self.options.parsedHeaders)
-                await EventPrinter.print(batch.events(EventPrinter.selection(for: mode)), mode: mode)
+                resumedBytes += await EventPrinter.print(batch.events(EventPrinter.selection(for: mode)), mode: mode)
                 reports.append(await batch.report())
                 if interruption.hasFired { break }
             }
-            return (reports, interruption.hasFired)
+            return (reports, interruption.hasFired, resumedBytes)
         }
         let merged = BatchReport(batchID: reports.first?.batchID ?? BatchID(0), items: reports.flatMap(\.items))
-        Summary.print(merged, elapsed: .now - started, json: self.options.json, quiet: self.options.quiet)
+        Summary.print(
+            merged,
+            elapsed: .now - started,
+            resumedBytes: resumedBytes,
+            json: self.options.json,
+            quiet: self.options.quiet
+        )
         // A batch fed from a list whose process stopped before the list's end: only its recorded items were resumed.
         let partial = unfinished.filter { !$0.isListComplete }
         for batch in partial {

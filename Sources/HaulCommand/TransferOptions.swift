@@ -90,14 +90,16 @@ enum BatchRunner {
     ) async throws {
         let mode = options.mode
         let started = ContinuousClock.now
-        let (report, interrupted) = try await TransferManager.withTransferManager(configuration: configuration) {
+        let (report, interrupted, resumedBytes) = try await TransferManager.withTransferManager(
+            configuration: configuration
+        ) {
             manager in
             let batch = try manager.makeBatch()
             let events = batch.events(EventPrinter.selection(for: mode))
             // Ctrl-C or SIGTERM: stop every transfer, keep the partial files and the state, exit 130; rerunning resumes.
             let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
             defer { interruption.stop() }
-            try await withThrowingTaskGroup(of: Void.self) { group in
+            let resumedBytes = try await withThrowingTaskGroup(of: Int64.self) { group in
                 group.addTask { await EventPrinter.print(events, mode: mode) }
                 if let expectedItems { batch.expectItems(expectedItems) }
                 do {
@@ -108,11 +110,17 @@ enum BatchRunner {
                 } catch let error as HaulError where error.code == .batchFinished {
                     // A stop (Ctrl-C) ended the batch while its list was being read: the rest is not added.
                 }
-                try await group.waitForAll()
+                return try await group.reduce(0, +)
             }
-            return (await batch.report(), interruption.hasFired)
+            return (await batch.report(), interruption.hasFired, resumedBytes)
         }
-        Summary.print(report, elapsed: .now - started, json: options.json, quiet: options.quiet)
+        Summary.print(
+            report,
+            elapsed: .now - started,
+            resumedBytes: resumedBytes,
+            json: options.json,
+            quiet: options.quiet
+        )
         if interrupted { throw ExitCode(130) }
         if !report.isSuccess { throw ExitCode(1) }
     }

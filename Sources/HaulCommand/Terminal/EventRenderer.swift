@@ -103,25 +103,33 @@ struct EventRenderer {
 enum Summary {
     /// Prints the summary: on standard output, or on standard error with `--json` (standard output is for events);
     /// with `--quiet`, only the failure lines.
-    static func print(_ report: BatchReport, elapsed: Duration, json: Bool, quiet: Bool) {
+    /// `resumedBytes`: how many of the completed bytes earlier runs had fetched (``ResumedBytes``).
+    static func print(_ report: BatchReport, elapsed: Duration, resumedBytes: Int64 = 0, json: Bool, quiet: Bool) {
         // Quiet, the totals line is not even made: its number formatting's first use in the process costs about
         // 0.3 ms, a tenth of the command's own start-up work on one file.
-        let lines = quiet ? self.failureLines(for: report) : self.lines(for: report, elapsed: elapsed)
+        let lines =
+            quiet
+            ? self.failureLines(for: report)
+            : self.lines(for: report, elapsed: elapsed, resumedBytes: resumedBytes)
         for line in lines {
             if json { Get.printError(line) } else { Get.printOutput(line) }
         }
     }
 
-    static func lines(for report: BatchReport, elapsed: Duration) -> [String] {
+    /// The totals line (the completed files' bytes, and the speed of what this run transferred of them), then the
+    /// failures.
+    static func lines(for report: BatchReport, elapsed: Duration, resumedBytes: Int64 = 0) -> [String] {
         let tally = report.tally
         let bytes = tally.completedBytes
+        let resumed = min(max(resumedBytes, 0), bytes)
         let seconds = max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 1e-6)
         var counts = ["\(tally.completed) completed"]
         if tally.skipped > 0 { counts.append("\(tally.skipped) skipped") }
         counts.append("\(tally.failed) failed")
         if tally.cancelled > 0 { counts.append("\(tally.cancelled) cancelled") }
+        let resumedNote = resumed > 0 ? " (\(Formatting.bytes(resumed)) of it resumed)" : ""
         let totals =
-            "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes)) in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(bytes) / seconds)))"
+            "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes))\(resumedNote) in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(bytes - resumed) / seconds)))"
         return [totals] + self.failureLines(for: report)
     }
 
