@@ -52,6 +52,7 @@ struct BatchDownloadTests {
                 #expect(notFound.httpStatus == 404)
                 let refused = try #require(errors[report.items[2].id])
                 #expect(refused.code == .connectionFailed)
+                #expect(refused.message == "Could not connect to 127.0.0.1:\(refusing): Connection refused")
                 #expect(refused.httpStatus == nil)
                 #expect(names(in: folder) == ["ok"], "a 404 body is never written")
             }

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import HaulTesting
+import NIOCore
 import Testing
 
 @testable import Haul
@@ -207,5 +208,44 @@ struct LastOriginTests {
         #expect(origins.origin(of: URL(string: "file:///tmp/a")!) == nil)
         #expect(origins.origin(of: URL(string: "http:/a")!) == nil)
         #expect(origins.origin(of: URL(string: "http://example.com/b")!) == "http://example.com:80")
+    }
+}
+
+@Suite("Saying why a connection failed")
+struct ConnectionFailureTests {
+    @Test func aSystemErrorIsTheSystemsReasonAfterWhatFailed() {
+        let refused = IOError(errnoCode: ECONNREFUSED, reason: "connect")
+        #expect(ConnectionFailure.message(for: refused, receivedBody: false) == "Could not connect: Connection refused")
+        let reset = IOError(errnoCode: ECONNRESET, reason: "read")
+        #expect(
+            ConnectionFailure.message(for: reset, receivedBody: true)
+                == "The connection was lost: Connection reset by peer"
+        )
+    }
+
+    @Test func aFailureToConnectNamesTheServerOfTheURL() {
+        let refused = IOError(errnoCode: ECONNREFUSED, reason: "connect")
+        #expect(
+            ConnectionFailure.message(for: refused, receivedBody: false, url: URL(string: "https://[::1]/a")!)
+                == "Could not connect to [::1]:443: Connection refused"
+        )
+        #expect(
+            ConnectionFailure.message(for: refused, receivedBody: false, url: URL(string: "http://h.example:8080/a")!)
+                == "Could not connect to h.example:8080: Connection refused"
+        )
+    }
+
+    @Test func aTLSHandshakeFailureIsBoringSSLsReason() {
+        let description =
+            "handshakeFailed(NIOSSL.BoringSSLError.sslError([Error: 268435703 error:100000f7:SSL routines:"
+            + "OPENSSL_internal:WRONG_VERSION_NUMBER at /src/ssl/tls_record.cc:127]))"
+        #expect(ConnectionFailure.tlsReason(in: description) == "WRONG_VERSION_NUMBER")
+        #expect(ConnectionFailure.tlsReason(in: "handshakeFailed(NIOSSL.BoringSSLError.unknownError([]))") == nil)
+        #expect(ConnectionFailure.tlsReason(in: "OPENSSL_internal:X but not a handshake") == nil)
+    }
+
+    @Test func anotherErrorKeepsItsOwnDescription() {
+        struct Odd: Error, CustomStringConvertible { var description: String { "odd" } }
+        #expect(ConnectionFailure.message(for: Odd(), receivedBody: false) == "Could not connect: odd")
     }
 }

@@ -348,7 +348,7 @@ struct HTTPTransport: Sendable {
         }
         return HaulError(
             receivedBody ? .incompleteBody : .connectionFailed,
-            "\(receivedBody ? "The connection was lost" : "Could not connect"): \(error)",
+            ConnectionFailure.message(for: error, receivedBody: receivedBody, url: url),
             underlying: error
         )
     }

@@ -1,0 +1,70 @@
+import Foundation
+import NIOCore
+import NIOPosix
+
+/// Why a connection could not be made or was lost, in the words a person needs: the system's reason, the name that
+/// did not resolve, the TLS library's reason. SwiftNIO's own descriptions nest every layer (`Connection errors:
+/// SingleConnectionFailure(target: [IPv4]127.0.0.1/127.0.0.1:1, error: connection reset (error set): Connection
+/// refused) (errno: 111))`), which is what the failure lines used to show. Pure: a function of the error.
+enum ConnectionFailure {
+    /// The message for `error` (thrown while connecting, or while reading a response when `receivedBody`):
+    /// `Could not connect to 127.0.0.1:1: Connection refused`, `Could not resolve example.invalid: Name or service
+    /// not known`, `TLS handshake failed: CERTIFICATE_VERIFY_FAILED`, `The connection was lost: Connection reset by
+    /// peer`. An error of another kind keeps its own description after the prefix.
+    ///
+    /// `url`, when given, names the server in a failure to connect that does not name it itself.
+    static func message(for error: any Error, receivedBody: Bool, url: URL? = nil) -> String {
+        let server = url.flatMap { url in url.host.map { Self.authority($0, url.port ?? Self.defaultPort(url)) } }
+        let prefix = receivedBody ? "The connection was lost" : "Could not connect\(server.map { " to \($0)" } ?? "")"
+        if let error = error as? NIOConnectionError {
+            if let lookup = error.dnsAError ?? error.dnsAAAAError {
+                return "Could not resolve \(error.host): \(Self.reason(for: lookup))"
+            }
+            var reasons: [String] = []
+            for failure in error.connectionErrors {
+                let reason = Self.reason(for: failure.error)
+                if !reasons.contains(reason) { reasons.append(reason) }
+            }
+            let target = Self.authority(error.host, error.port)
+            return reasons.isEmpty
+                ? "Could not connect to \(target): no address to try"
+                : "Could not connect to \(target): \(reasons.joined(separator: "; "))"
+        }
+        if let error = error as? SocketAddressError.UnknownHost {
+            return "Could not resolve \(error.host): \(error.errorDescription)"
+        }
+        if let reason = Self.tlsReason(in: "\(error)") { return "TLS handshake failed: \(reason)" }
+        return "\(prefix): \(Self.reason(for: error))"
+    }
+
+    /// `host:port`, an IPv6 address in brackets.
+    static func authority(_ host: String, _ port: Int) -> String {
+        host.contains(":") && !host.hasPrefix("[") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+
+    private static func defaultPort(_ url: URL) -> Int {
+        url.scheme?.lowercased() == "https" ? 443 : 80
+    }
+
+    /// The reason one error gives: the system's text for an `errno`, a name's resolution failure, or the error's
+    /// description.
+    static func reason(for error: any Error) -> String {
+        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
+        if let error = error as? SocketAddressError.UnknownHost { return error.errorDescription }
+        if let error = error as? ChannelError, case .connectTimeout(let after) = error {
+            return "no answer within \(after)"
+        }
+        return "\(error)"
+    }
+
+    /// The reason BoringSSL gave for a failed handshake (`WRONG_VERSION_NUMBER`, `CERTIFICATE_VERIFY_FAILED`), read
+    /// from the description of SwiftNIO SSL's error (`...:SSL routines:OPENSSL_internal:REASON at FILE:LINE]`), or
+    /// `nil` when the description has none.
+    static func tlsReason(in description: String) -> String? {
+        guard description.hasPrefix("handshakeFailed("), let marker = description.range(of: "OPENSSL_internal:")
+        else { return nil }
+        let rest = description[marker.upperBound...]
+        let reason = rest.prefix { $0 != " " && $0 != "]" && $0 != ")" }
+        return reason.isEmpty ? nil : String(reason)
+    }
+}
