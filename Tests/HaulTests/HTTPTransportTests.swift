@@ -235,6 +235,17 @@ struct ConnectionFailureTests {
         )
     }
 
+    @Test func aTimeoutSaysWhatWasAwaited() {
+        let url = URL(string: "http://h.example/a")!
+        let silent = HTTPTransport.haulError(for: HTTPClientError.readTimeout, url: url, receivedBody: false)
+        #expect((silent as? HaulError)?.code == .timedOut)
+        #expect((silent as? HaulError)?.message == "Timed out waiting for h.example:80 to answer")
+        let stalled = HTTPTransport.haulError(for: HTTPClientError.readTimeout, url: url, receivedBody: true)
+        #expect((stalled as? HaulError)?.message == "Timed out: h.example:80 stopped sending the response's body")
+        let connecting = HTTPTransport.haulError(for: HTTPClientError.connectTimeout, url: url, receivedBody: false)
+        #expect((connecting as? HaulError)?.message == "Timed out connecting to h.example:80")
+    }
+
     @Test func aTLSHandshakeFailureIsBoringSSLsReason() {
         let description =
             "handshakeFailed(NIOSSL.BoringSSLError.sslError([Error: 268435703 error:100000f7:SSL routines:"

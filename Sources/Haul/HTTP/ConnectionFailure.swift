@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOPosix
@@ -35,6 +36,23 @@ enum ConnectionFailure {
         }
         if let reason = Self.tlsReason(in: "\(error)") { return "TLS handshake failed: \(reason)" }
         return "\(prefix): \(Self.reason(for: error))"
+    }
+
+    /// The message for one of the client's timeouts: what was being waited for, rather than the error's name
+    /// (`Timed out (HTTPClientError.readTimeout)`).
+    static func timeoutMessage(for error: HTTPClientError, receivedBody: Bool, url: URL) -> String {
+        let server = url.host.map { Self.authority($0, url.port ?? Self.defaultPort(url)) } ?? url.absoluteString
+        switch error {
+        case .connectTimeout: return "Timed out connecting to \(server)"
+        case .tlsHandshakeTimeout: return "Timed out in the TLS handshake with \(server)"
+        case .writeTimeout: return "Timed out sending the request to \(server)"
+        case .getConnectionFromPoolTimeout: return "Timed out waiting for a connection to \(server)"
+        case .deadlineExceeded: return "Timed out: the request's deadline passed"
+        default:
+            return receivedBody
+                ? "Timed out: \(server) stopped sending the response's body"
+                : "Timed out waiting for \(server) to answer"
+        }
     }
 
     /// `host:port`, an IPv6 address in brackets.

@@ -329,7 +329,11 @@ struct HTTPTransport: Sendable {
                 return CancellationError()
             case .connectTimeout, .readTimeout, .writeTimeout, .deadlineExceeded, .tlsHandshakeTimeout,
                 .getConnectionFromPoolTimeout:
-                return HaulError(.timedOut, "Timed out (\(clientError))", underlying: error)
+                return HaulError(
+                    .timedOut,
+                    ConnectionFailure.timeoutMessage(for: clientError, receivedBody: receivedBody, url: url),
+                    underlying: error
+                )
             case .remoteConnectionClosed, .bodyLengthMismatch:
                 return HaulError(
                     receivedBody ? .incompleteBody : .connectionFailed,
