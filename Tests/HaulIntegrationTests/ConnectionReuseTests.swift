@@ -53,6 +53,21 @@ struct ConnectionReuseTests {
         return configuration
     }
 
+    @Test func filesOneAfterAnotherUnderABandwidthLimitShareTheConnectionAndEachCompletesAtOnce() async throws {
+        // The limit makes the last part of each body wait; a read the channel asked for meanwhile must still come,
+        // or the next response on the connection is never read (the command hung after its first file).
+        var configuration = Self.oneAtATimeWithoutRetries()
+        configuration.bandwidthLimit = 4 * 1_048_576
+        let paths = ["/a", "/b", "/c"]
+        let resources = Dictionary(
+            uniqueKeysWithValues: paths.map { ($0, FaultInjectingServer.Resource(body: Self.body)) }
+        )
+        let outcome = try await self.download(paths, from: resources, configuration: configuration)
+        #expect(outcome.report.completed.count == 3, "\(outcome.report.failed.map(\.error.message))")
+        #expect(outcome.trace == ["/a@1", "/b@1", "/c@1"])
+        #expect(outcome.isWhole == ["/a": true, "/b": true, "/c": true])
+    }
+
     @Test func manyFilesFromOneHostShareAsManyConnectionsAsRunAtOnce() async throws {
         let paths = (0..<40).map { "/f\($0)" }
         let resources = Dictionary(

@@ -127,7 +127,10 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
                         context: context,
                         error: nil
                     )
-                } else if self.readPending, self.machine.state != .closed {
+                }
+                // Also after the end: the connection may serve the next exchange, and without the read the channel
+                // asked for while the last part waited, it would never read that exchange's response.
+                if self.readPending, self.machine.state != .closed {
                     self.readPending = false
                     context.read()
                 }
