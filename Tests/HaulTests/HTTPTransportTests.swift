@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import HaulTesting
 import NIOCore
+import NIOHTTP1
 import Testing
 
 @testable import Haul
@@ -232,6 +233,19 @@ struct ConnectionFailureTests {
         #expect(
             ConnectionFailure.message(for: refused, receivedBody: false, url: URL(string: "http://h.example:8080/a")!)
                 == "Could not connect to h.example:8080: Connection refused"
+        )
+    }
+
+    @Test func aBodyCutShortSaysTheServerClosedTheConnection() {
+        let cut = HTTPTransport.haulError(
+            for: HTTPParserError.invalidEOFState,
+            url: URL(string: "http://h.example/a")!,
+            receivedBody: true
+        )
+        #expect((cut as? HaulError)?.code == .incompleteBody)
+        #expect(
+            (cut as? HaulError)?.message
+                == "The connection was lost: the server closed it before the end of the response"
         )
     }
 

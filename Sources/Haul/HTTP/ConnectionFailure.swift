@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import NIOHTTP1
 import NIOPosix
 
 /// Why a connection could not be made or was lost, in the words a person needs: the system's reason, the name that
@@ -68,6 +69,9 @@ enum ConnectionFailure {
     /// description.
     static func reason(for error: any Error) -> String {
         if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
+        if let error = error as? HTTPParserError, error == .invalidEOFState {
+            return "the server closed it before the end of the response"
+        }
         if let error = error as? SocketAddressError.UnknownHost { return error.errorDescription }
         if let error = error as? ChannelError, case .connectTimeout(let after) = error {
             return "no answer within \(after)"
