@@ -302,8 +302,16 @@ public final class TransferManager: Sendable {
     /// the store never keeps `Authorization`, `Cookie` or `Proxy-Authorization`, so a batch that needed one needs it
     /// given again.
     ///
+    /// `events`, when given, is the selection of the batch's ``Batch/events(_:)``, asked for before the first transfer
+    /// is added: the batch's transfers start as they are added, and without it the first ones may have started, or
+    /// ended, before the caller can ask.
+    ///
     /// - Throws: ``HaulError/Code/invalidRequest`` when the manager has no store or the store does not know the batch.
-    public func resumeStoredBatch(_ id: BatchID, headers: [(name: String, value: String)] = []) throws -> Batch {
+    public func resumeStoredBatch(
+        _ id: BatchID,
+        headers: [(name: String, value: String)] = [],
+        events: BatchEvent.Selection? = nil
+    ) throws -> Batch {
         guard let store = self.configuration.store else {
             throw HaulError(.invalidRequest, "This manager has no store to resume batch \(id) from")
         }
@@ -325,6 +333,7 @@ public final class TransferManager: Sendable {
         // Added a slice at a time, as `haul get -i` adds a list: the first transfers start after the first slice's
         // look-up in the store, not after every row's (2,000 rows: about 30 ms before the first request).
         let batch = try self.makeBatch(storedID: id)
+        if let events { _ = batch.events(events) }
         batch.expectItems(requests.count)
         for start in stride(from: 0, to: requests.count, by: Self.resumedSlice) {
             try batch.add(contentsOf: Array(requests[start..<min(start + Self.resumedSlice, requests.count)]))

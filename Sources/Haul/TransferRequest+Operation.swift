@@ -21,7 +21,8 @@ extension TransferRequest {
             /// A local file, streamed from disk in 256 KiB reads (constant memory whatever its size).
             case file(URL)
             /// Bytes in memory (an app's generated image, say). The bytes are not kept in the store, so a later
-            /// process cannot continue such an upload: ``TransferManager/resumeStoredBatch(_:)`` leaves it out.
+            /// process cannot continue such an upload: ``TransferManager/resumeStoredBatch(_:headers:events:)``
+            /// leaves it out.
             case data(Data)
         }
 

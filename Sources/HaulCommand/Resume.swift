@@ -46,27 +46,33 @@ struct Resume: AsyncParsableCommand {
         let configuration = self.options.configuration(store: store)
         let mode = self.options.mode
         let started = ContinuousClock.now
-        let (reports, interrupted, resumedBytes) = try await TransferManager.withTransferManager(
+        let (reports, interrupted, transferredBytes) = try await TransferManager.withTransferManager(
             configuration: configuration
         ) {
             manager in
             let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
             defer { interruption.stop() }
             var reports: [BatchReport] = []
-            var resumedBytes: Int64 = 0
+            var transferredBytes: Int64 = 0
             for stored in unfinished {
-                let batch = try manager.resumeStoredBatch(stored.id, headers: self.options.parsedHeaders)
-                resumedBytes += await EventPrinter.print(batch.events(EventPrinter.selection(for: mode)), mode: mode)
+                // The events asked for before the first transfer starts: each is printed from its start.
+                let selection = EventPrinter.selection(for: mode)
+                let batch = try manager.resumeStoredBatch(
+                    stored.id,
+                    headers: self.options.parsedHeaders,
+                    events: selection
+                )
+                transferredBytes += await EventPrinter.print(batch.events(selection), mode: mode)
                 reports.append(await batch.report())
                 if interruption.hasFired { break }
             }
-            return (reports, interruption.hasFired, resumedBytes)
+            return (reports, interruption.hasFired, transferredBytes)
         }
         let merged = BatchReport(batchID: reports.first?.batchID ?? BatchID(0), items: reports.flatMap(\.items))
         Summary.print(
             merged,
             elapsed: .now - started,
-            resumedBytes: resumedBytes,
+            transferredBytes: transferredBytes,
             json: self.options.json,
             quiet: self.options.quiet
         )

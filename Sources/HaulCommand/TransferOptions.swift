@@ -90,7 +90,7 @@ enum BatchRunner {
     ) async throws {
         let mode = options.mode
         let started = ContinuousClock.now
-        let (report, interrupted, resumedBytes) = try await TransferManager.withTransferManager(
+        let (report, interrupted, transferredBytes) = try await TransferManager.withTransferManager(
             configuration: configuration
         ) {
             manager in
@@ -99,7 +99,7 @@ enum BatchRunner {
             // Ctrl-C or SIGTERM: stop every transfer, keep the partial files and the state, exit 130; rerunning resumes.
             let interruption = SignalWatcher(signals: [SIGINT, SIGTERM]) { manager.stopAll() }
             defer { interruption.stop() }
-            let resumedBytes = try await withThrowingTaskGroup(of: Int64.self) { group in
+            let transferredBytes = try await withThrowingTaskGroup(of: Int64.self) { group in
                 group.addTask { await EventPrinter.print(events, mode: mode) }
                 if let expectedItems { batch.expectItems(expectedItems) }
                 do {
@@ -112,12 +112,12 @@ enum BatchRunner {
                 }
                 return try await group.reduce(0, +)
             }
-            return (await batch.report(), interruption.hasFired, resumedBytes)
+            return (await batch.report(), interruption.hasFired, transferredBytes)
         }
         Summary.print(
             report,
             elapsed: .now - started,
-            resumedBytes: resumedBytes,
+            transferredBytes: transferredBytes,
             json: options.json,
             quiet: options.quiet
         )

@@ -309,7 +309,7 @@ struct RenderingTests {
         )
     }
 
-    @Test func theSummaryCountsTheSpeedOfWhatThisRunTransferredAndSaysHowMuchWasResumed() {
+    @Test func theSummaryCountsTheSpeedOfWhatThisRunTransferredAndSaysHowMuchEarlierRunsFetched() {
         let mib: Int64 = 1_048_576
         let file = CompletedFile(path: URL(filePath: "/tmp/a.bin"), byteCount: 1024 * mib, sha256: nil)
         let report = BatchReport(
@@ -317,33 +317,33 @@ struct RenderingTests {
             items: [BatchReport.Item(id: "a", url: URL(string: "http://h/a")!, result: .completed(file))]
         )
         #expect(
-            Summary.lines(for: report, elapsed: .seconds(2), resumedBytes: 0).first
+            Summary.lines(for: report, elapsed: .seconds(2), transferredBytes: 1024 * mib).first
                 == "1 files: 1 completed, 0 failed; 1.00 GiB in 2.0s (512 MiB/s)"
         )
         #expect(
-            Summary.lines(for: report, elapsed: .seconds(2), resumedBytes: 400 * mib).first
-                == "1 files: 1 completed, 0 failed; 1.00 GiB (400 MiB of it resumed) in 2.0s (312 MiB/s)"
+            Summary.lines(for: report, elapsed: .seconds(2), transferredBytes: 624 * mib).first
+                == "1 files: 1 completed, 0 failed; 1.00 GiB (400 MiB of it from earlier runs) in 2.0s (312 MiB/s)"
         )
     }
 
-    @Test func resumedBytesAreTheFirstOffsetOfEachTransferThatCompletedUnlessItRestartedFromZero() {
+    @Test func transferredBytesAreEachCompletedFileLessWhatWasThereAtItsFirstStartInTheRun() {
         func event(_ id: TransferID, _ kind: TransferEvent.Kind) -> BatchEvent {
             .transfer(TransferEvent(id: id, url: URL(string: "http://h/\(id)")!, kind: kind))
         }
         let done = TransferResult.completed(CompletedFile(path: URL(filePath: "/tmp/x"), byteCount: 5000, sha256: nil))
-        var resumed = ResumedBytes()
+        var transferred = TransferredBytes()
         let events: [BatchEvent] = [
-            // Resumed at 1000, retried at 3000 (bytes this run fetched): 1000 were there before.
+            // Resumed at 1000, retried at 3000 (bytes this run fetched): 4000 moved.
             event("a", .started(offset: 1000)), event("a", .started(offset: 3000)), event("a", .finished(done)),
-            // Resumed at 2000, but the server ignored the range: nothing kept.
+            // Resumed at 2000, but the server ignored the range: all 5000 moved.
             event("b", .started(offset: 2000)), event("b", .restarted(reason: "200 to a Range request")),
             event("b", .started(offset: 0)), event("b", .finished(done)),
             // Resumed at 700, then failed: not a completed file's bytes.
             event("c", .started(offset: 700)), event("c", .finished(.failed(HaulError(.incompleteBody, "cut")))),
-            // Fresh.
-            event("d", .started(offset: 0)), event("d", .finished(done)),
+            // Completed by an earlier run, found unchanged: never started here.
+            event("d", .finished(done)),
         ]
-        for item in events { resumed.note(item) }
-        #expect(resumed.total == 1000)
+        for item in events { transferred.note(item) }
+        #expect(transferred.total == 9000)
     }
 }

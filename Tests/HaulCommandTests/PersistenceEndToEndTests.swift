@@ -89,7 +89,7 @@ struct PersistenceEndToEndTests {
                 #expect(output.status == 0, "\(output.stderr)")
                 try self.expectEveryFileIdentical(folder)
                 #expect(server.requests.contains { $0.range != nil }, "partial files resumed with Range")
-                #expect(output.stdout.contains("of it resumed) in "), "the summary's speed leaves them out")
+                #expect(output.stdout.contains("of it from earlier runs) in "), "the summary's speed leaves them out")
                 let total = Self.files.reduce(0) { $0 + $1.count }
                 #expect(server.servedBodyBytes <= total + 2 * 600_000, "no more than the unflushed tails again")
             }

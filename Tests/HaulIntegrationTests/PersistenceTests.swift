@@ -288,6 +288,31 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aResumedBatchsEventsAskedForUpFrontShowEachTransferFromItsStartToItsEnd() async throws {
+        try await FaultInjectingServer.withServer(resources: self.resources()) { server in
+            try await withTemporaryDirectory { folder in
+                let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                let first = try await self.interruptedFirstRun(server: server, folder: folder, store: store)
+                let kinds = try await TransferManager.withTransferManager(configuration: self.configuration(store)) {
+                    manager in
+                    let batch = try manager.resumeStoredBatch(first.batchID, events: .lifecycle)
+                    var kinds: [String: [String]] = [:]
+                    for await event in batch.events(.lifecycle) {
+                        guard case .transfer(let transfer) = event else { continue }
+                        switch transfer.kind {
+                        case .started(let offset): kinds[transfer.url.path, default: []].append("started@\(offset)")
+                        case .finished(let result): kinds[transfer.url.path, default: []].append("\(result.state)")
+                        default: break
+                        }
+                    }
+                    return kinds
+                }
+                // The completed file is found unchanged (no start); the partial one resumes where it stopped.
+                #expect(kinds == ["/done": ["completed"], "/big": ["started@60000", "completed"]])
+            }
+        }
+    }
+
     @Test func aResumedBatchSendsTheHeadersGivenAgainWithEveryRequest() async throws {
         try await FaultInjectingServer.withServer(resources: self.resources()) { server in
             try await withTemporaryDirectory { folder in

@@ -13,38 +13,39 @@ enum EventPrinter {
     }
 
     /// Prints the events until the batch ends.
-    /// - Returns: the bytes of completed files that earlier runs had left on disk (``ResumedBytes``), as far as the
-    ///   mode's events tell (not at all with `--quiet`, whose summary has no totals).
+    /// - Returns: the bytes of completed files this run transferred (``TransferredBytes``), as far as the mode's
+    ///   events tell (not at all with `--quiet`, whose summary has no totals).
     @discardableResult
     static func print(_ events: AsyncStream<BatchEvent>, mode: EventRenderer.Mode) async -> Int64 {
-        var resumed = ResumedBytes()
+        var transferred = TransferredBytes()
         if case .plain = mode, let width = TerminalInfo.width() {
             let colors = TerminalInfo.allowsColor(environment: ProcessInfo.processInfo.environment)
             var display = LiveDisplay(renderer: ProgressRenderer(width: width, colors: colors), started: .now)
             for await event in events {
-                resumed.note(event)
+                transferred.note(event)
                 let text = display.output(for: event, at: .now)
                 if !text.isEmpty { FileHandle.standardOutput.write(Data(text.utf8)) }
             }
-            return resumed.total
+            return transferred.total
         }
         var renderer = EventRenderer(mode: mode)
         for await event in events {
-            resumed.note(event)
+            transferred.note(event)
             for line in renderer.lines(for: event, at: .now) { Get.printOutput(line) }
         }
-        return resumed.total
+        return transferred.total
     }
 }
 
-/// The bytes of the completed files that were on disk before this run started them: partial files an earlier run
-/// left, continued with a `Range` request. The summary's speed counts only what this run moved (a resumed 1 GiB file
-/// of which 400 MiB were there already is 624 MiB transferred, as curl and wget count it), and says how much of the
-/// total was resumed. A transfer counts with the offset of its first start in this run: later starts (after a retry
-/// or a pause) continue bytes this run fetched, and a restart from zero means none of the earlier bytes were kept.
-struct ResumedBytes {
+/// How many of the completed files' bytes this run transferred: each completed transfer's size less what was on
+/// disk when this run first started it (a partial file an earlier run left, continued with a `Range` request). A
+/// file that completed without starting in this run (an earlier run's, found unchanged) moved nothing. Later starts
+/// (after a retry or a pause) continue bytes this run fetched; a restart from zero kept none of the earlier ones. The
+/// summary's speed is over these bytes (a resumed 1 GiB file of which 400 MiB were there is 624 MiB transferred, as
+/// curl and wget count it), and it names the rest as the earlier runs'.
+struct TransferredBytes {
     private var offsets: [TransferID: Int64] = [:]
-    /// What completed transfers had on disk when this run first started them.
+    /// What completed transfers moved in this run.
     private(set) var total: Int64 = 0
 
     mutating func note(_ event: BatchEvent) {
@@ -55,8 +56,8 @@ struct ResumedBytes {
         case .restarted:
             self.offsets[transfer.id] = 0
         case .finished(let result):
-            let offset = self.offsets.removeValue(forKey: transfer.id) ?? 0
-            if case .completed = result { self.total += offset }
+            let offset = self.offsets.removeValue(forKey: transfer.id)
+            if case .completed(let file) = result, let offset { self.total += max(0, file.byteCount - offset) }
         case .queued, .progressed, .paused, .resumed, .retrying:
             break
         }

@@ -103,33 +103,34 @@ struct EventRenderer {
 enum Summary {
     /// Prints the summary: on standard output, or on standard error with `--json` (standard output is for events);
     /// with `--quiet`, only the failure lines.
-    /// `resumedBytes`: how many of the completed bytes earlier runs had fetched (``ResumedBytes``).
-    static func print(_ report: BatchReport, elapsed: Duration, resumedBytes: Int64 = 0, json: Bool, quiet: Bool) {
+    /// `transferredBytes`: how many of the completed files' bytes this run moved (``TransferredBytes``).
+    static func print(_ report: BatchReport, elapsed: Duration, transferredBytes: Int64, json: Bool, quiet: Bool) {
         // Quiet, the totals line is not even made: its number formatting's first use in the process costs about
         // 0.3 ms, a tenth of the command's own start-up work on one file.
         let lines =
             quiet
             ? self.failureLines(for: report)
-            : self.lines(for: report, elapsed: elapsed, resumedBytes: resumedBytes)
+            : self.lines(for: report, elapsed: elapsed, transferredBytes: transferredBytes)
         for line in lines {
             if json { Get.printError(line) } else { Get.printOutput(line) }
         }
     }
 
-    /// The totals line (the completed files' bytes, and the speed of what this run transferred of them), then the
-    /// failures.
-    static func lines(for report: BatchReport, elapsed: Duration, resumedBytes: Int64 = 0) -> [String] {
+    /// The totals line (the completed files' bytes, how many of them earlier runs fetched, and the speed of what this
+    /// run transferred), then the failures.
+    static func lines(for report: BatchReport, elapsed: Duration, transferredBytes: Int64) -> [String] {
         let tally = report.tally
         let bytes = tally.completedBytes
-        let resumed = min(max(resumedBytes, 0), bytes)
+        let transferred = min(max(transferredBytes, 0), bytes)
         let seconds = max(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, 1e-6)
         var counts = ["\(tally.completed) completed"]
         if tally.skipped > 0 { counts.append("\(tally.skipped) skipped") }
         counts.append("\(tally.failed) failed")
         if tally.cancelled > 0 { counts.append("\(tally.cancelled) cancelled") }
-        let resumedNote = resumed > 0 ? " (\(Formatting.bytes(resumed)) of it resumed)" : ""
+        let earlier = bytes - transferred
+        let earlierNote = earlier > 0 ? " (\(Formatting.bytes(earlier)) of it from earlier runs)" : ""
         let totals =
-            "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes))\(resumedNote) in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(bytes - resumed) / seconds)))"
+            "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes))\(earlierNote) in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(transferred) / seconds)))"
         return [totals] + self.failureLines(for: report)
     }
 
