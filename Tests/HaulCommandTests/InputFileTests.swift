@@ -324,6 +324,10 @@ struct RenderingTests {
             Summary.lines(for: report, elapsed: .seconds(2), transferredBytes: 624 * mib).first
                 == "1 files: 1 completed, 0 failed; 1.00 GiB (400 MiB of it from earlier runs) in 2.0s (312 MiB/s)"
         )
+        #expect(
+            Summary.lines(for: report, elapsed: .seconds(2), transferredBytes: 0).first
+                == "1 files: 1 completed, 0 failed; 1.00 GiB (all of it from earlier runs) in 2.0s"
+        )
     }
 
     @Test func transferredBytesAreEachCompletedFileLessWhatWasThereAtItsFirstStartInTheRun() {

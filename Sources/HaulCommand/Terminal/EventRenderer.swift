@@ -127,10 +127,15 @@ enum Summary {
         if tally.skipped > 0 { counts.append("\(tally.skipped) skipped") }
         counts.append("\(tally.failed) failed")
         if tally.cancelled > 0 { counts.append("\(tally.cancelled) cancelled") }
+        var totals = "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes))"
         let earlier = bytes - transferred
-        let earlierNote = earlier > 0 ? " (\(Formatting.bytes(earlier)) of it from earlier runs)" : ""
-        let totals =
-            "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes))\(earlierNote) in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(transferred) / seconds)))"
+        if earlier > 0 && transferred == 0 {
+            // Nothing moved: no speed to give.
+            totals += " (all of it from earlier runs) in \(Formatting.duration(elapsed))"
+        } else {
+            if earlier > 0 { totals += " (\(Formatting.bytes(earlier)) of it from earlier runs)" }
+            totals += " in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(transferred) / seconds)))"
+        }
         return [totals] + self.failureLines(for: report)
     }
 
