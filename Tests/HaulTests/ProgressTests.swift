@@ -91,6 +91,41 @@ struct ProgressTests {
         #expect(rate.bytesPerSecond < 1_000_000 && rate.bytesPerSecond > 0)
     }
 
+    @Test func aWholeFileCountedMicrosecondsAfterTheLastReadingDoesNotMakeTheSpeedJump() {
+        var rate = RateEstimator()
+        rate.record(totalBytes: 0, at: self.start)
+        // A file that completed just after a reading: its last mebibyte counted 10 µs later.
+        rate.record(totalBytes: 1_048_576, at: self.start + .microseconds(10))
+        for tenth in 1...10 {
+            rate.record(totalBytes: 1_048_576 + Int64(tenth) * 5_000_000, at: self.start + .milliseconds(100 * tenth))
+        }
+        // 51 MB over the second: about that, not the 105 GB/s of the 10 µs interval.
+        #expect((45_000_000...60_000_000).contains(rate.bytesPerSecond), "\(rate.bytesPerSecond)")
+    }
+
+    @Test func thereIsNoSpeedUntilTheReadingsSpanAProgressInterval() {
+        var rate = RateEstimator()
+        rate.record(totalBytes: 0, at: self.start)
+        rate.record(totalBytes: 2_000_000, at: self.start + .milliseconds(40))
+        #expect(rate.bytesPerSecond == 0)
+        rate.record(totalBytes: 5_000_000, at: self.start + .milliseconds(100))
+        #expect(abs(rate.bytesPerSecond - 50_000_000) < 1_000_000)
+    }
+
+    @Test func inItsFirstSecondsTheSpeedIsTheBytesOverTheTimeNotTheFirstIntervalsRate() {
+        var rate = RateEstimator()
+        rate.record(totalBytes: 0, at: self.start)
+        // A slow first tenth of a second (connections opening), then 50 MB/s.
+        rate.record(totalBytes: 1_000_000, at: self.start + .milliseconds(100))
+        for tenth in 2...20 {
+            rate.record(
+                totalBytes: 1_000_000 + Int64(tenth - 1) * 5_000_000,
+                at: self.start + .milliseconds(100 * tenth)
+            )
+        }
+        #expect(rate.bytesPerSecond > 45_000_000, "\(rate.bytesPerSecond)")
+    }
+
     @Test func aTransferReportsFractionAndTimeLeft() {
         let progress = TransferProgress(receivedBytes: 250, expectedBytes: 1000, bytesPerSecond: 250)
         #expect(progress.fractionCompleted == 0.25)
