@@ -270,6 +270,10 @@ struct RenderingTests {
             EventRenderer.progressLine(progress)
                 == "progress  12/200 files, 3 failed, 1.00 MiB of 4.00 MiB (25%), 1.00 MiB/s, 3.0s left"
         )
+        var early = progress
+        early.bytesPerSecond = 0
+        early.estimatedTimeRemaining = nil
+        #expect(EventRenderer.progressLine(early) == "progress  12/200 files, 3 failed, 1.00 MiB of 4.00 MiB (25%)")
     }
 
     @Test func writesPlainProgressLinesAtMostEveryInterval() {

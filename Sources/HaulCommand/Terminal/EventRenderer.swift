@@ -93,7 +93,8 @@ struct EventRenderer {
         text += ", \(Formatting.bytes(progress.transferredBytes))"
         if let expected = progress.expectedBytes { text += " of \(Formatting.bytes(expected))" }
         text += " (\(Int(progress.fractionCompleted * 100))%)"
-        text += ", \(Formatting.speed(progress.bytesPerSecond))"
+        // No speed yet (the first tenth of a second): none printed, rather than 0 B/s.
+        if progress.bytesPerSecond > 0 { text += ", \(Formatting.speed(progress.bytesPerSecond))" }
         if let left = progress.estimatedTimeRemaining { text += ", \(Formatting.duration(left)) left" }
         return text
     }
