@@ -41,6 +41,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // AsyncHTTPClient's TLS, named for the https options (trusted certificates, verification) and the test server.
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         // AsyncHTTPClient's own dependency, named to turn its no-op request spans off.
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
         // Micro-benchmarks only (`swift package benchmark`); never linked into Haul or haul.
@@ -60,6 +62,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -98,7 +101,10 @@ let package = Package(
                 )
             ]
         ),
-        .target(name: "HaulTesting", dependencies: nioOnEventLoops),
+        .target(
+            name: "HaulTesting",
+            dependencies: nioOnEventLoops + [.product(name: "NIOSSL", package: "swift-nio-ssl")]
+        ),
         // Micro-benchmarks of the hot paths: `swift package benchmark` (see docs/benchmarks.md). An executable, so
         // `swift test` never runs it; it sees Haul's `package` declarations.
         .executableTarget(

@@ -30,6 +30,7 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
             case tooManyRedirects
             case cancelled
             case notFound
+            case tlsHandshakeFailed
         }
 
         private let base: Base
@@ -43,7 +44,7 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
         public static let batchFinished = Code(.batchFinished)
         /// The manager's scope has ended; it accepts no more work.
         public static let managerShutDown = Code(.managerShutDown)
-        /// The connection could not be made or was lost (refused, reset, DNS failure, TLS failure).
+        /// The connection could not be made or was lost (refused, reset, DNS failure).
         public static let connectionFailed = Code(.connectionFailed)
         /// A connect, read or idle timeout expired.
         public static let timedOut = Code(.timedOut)
@@ -78,6 +79,10 @@ public struct HaulError: Error, Sendable, CustomStringConvertible {
         public static let cancelled = Code(.cancelled)
         /// A deletion's target does not exist: the server answered `404 Not Found`.
         public static let notFound = Code(.notFound)
+        /// The TLS handshake of an https connection failed: the server's certificate is not trusted (an unknown
+        /// authority, another host's name, expired), or the two sides share no protocol version. Not retried: trust
+        /// the server's authority (``TransferManager/Configuration/additionalTrustedCertificates``) or fix the server.
+        public static let tlsHandshakeFailed = Code(.tlsHandshakeFailed)
 
         /// The code's stable name, as used in JSON output: `httpStatus`, `checksumMismatch`, ...
         public var description: String { self.base.rawValue }

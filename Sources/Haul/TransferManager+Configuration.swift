@@ -64,6 +64,14 @@ extension TransferManager {
         /// Whether a redirect from https to http is followed. Default `false`: a downgrade would expose the request
         /// and the file to the network.
         public var allowsInsecureRedirects: Bool = false
+        /// Files of PEM certificates trusted for https besides the system's: a private certificate authority, a
+        /// self-signed server (wget2's and aria2c's `--ca-certificate`). Read when the manager starts; a file that
+        /// holds no certificate fails it with ``HaulError/Code/invalidRequest``. Default: none.
+        public var additionalTrustedCertificates: [URL] = []
+        /// Whether https servers' certificates are verified: signed by a trusted authority, for the host asked, in
+        /// date. Default `true`. Turned off (curl's `--insecure`), anyone between Haul and the server can read and
+        /// change the files: for test servers only.
+        public var verifiesCertificates: Bool = true
         /// Where batches and transfers are recorded, so that they survive the process; `nil` records nothing.
         /// With a store, a manager's scope that ends stops its transfers and keeps their partial files, and a
         /// request for a transfer the store knows resumes its partial file, or is not fetched at all if its file

@@ -64,7 +64,8 @@ public final class TransferManager: Sendable {
 
     /// Creates a manager, runs `body` with it, then cancels what is left and releases every resource.
     ///
-    /// - Throws: what `body` throws, or ``HaulError/Code/invalidRequest`` for an invalid configuration.
+    /// - Throws: what `body` throws, or ``HaulError/Code/invalidRequest`` for an invalid configuration (limits
+    ///   below 1, a file of trusted certificates that holds none).
     public static func withTransferManager<Result>(
         configuration: Configuration = Configuration(),
         _ body: (TransferManager) async throws -> Result
@@ -72,7 +73,7 @@ public final class TransferManager: Sendable {
         guard configuration.maximumConcurrentTransfers > 0, configuration.maximumTransfersPerHost > 0 else {
             throw HaulError(.invalidRequest, "The concurrency limits must be at least 1")
         }
-        let client = HTTPTransport.makeClient(configuration)
+        let client = try HTTPTransport.makeClient(configuration)
         let manager = TransferManager(configuration: configuration, client: client)
         let result: Swift.Result<Result, any Error>
         do {

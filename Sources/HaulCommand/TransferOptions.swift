@@ -29,6 +29,18 @@ struct TransferOptions: ParsableArguments {
     )
     var headers: [String] = []
 
+    @Option(
+        name: .customLong("ca-certificate"),
+        help: "A PEM file of certificate authorities trusted for https besides the system's (repeatable)."
+    )
+    var caCertificates: [String] = []
+
+    @Flag(
+        name: [.customShort("k"), .long],
+        help: "Do not verify https certificates (test servers only: anyone between could read and change the files)."
+    )
+    var insecure = false
+
     @Flag(name: .long, help: "Print one JSON event per line on standard output (human messages go to standard error).")
     var json = false
 
@@ -53,6 +65,15 @@ struct TransferOptions: ParsableArguments {
             throw ValidationError("-H/--header takes 'Name: value', got '\(header)'.")
         }
         if self.json && self.quiet { throw ValidationError("--json and --quiet cannot be used together.") }
+        for path in self.caCertificates {
+            // Read here so that a wrong path is bad usage, before anything starts; the manager parses them.
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ValidationError("--ca-certificate: cannot read \(path).")
+            }
+            guard text.contains("-----BEGIN CERTIFICATE-----") else {
+                throw ValidationError("--ca-certificate: \(path) holds no PEM certificate.")
+            }
+        }
     }
 
     var parsedHeaders: [(name: String, value: String)] {
@@ -72,6 +93,8 @@ struct TransferOptions: ParsableArguments {
         configuration.retryPolicy.maximumAttempts = self.retries + 1
         configuration.bandwidthLimit = self.limitRate.flatMap(Rate.parse)
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
+        configuration.additionalTrustedCertificates = self.caCertificates.map { URL(filePath: $0) }
+        configuration.verifiesCertificates = !self.insecure
         // The table of descriptors was grown before the first thread, so files held open until their completion is
         // committed cost no wait: new small files are written without a name with the state database too.
         if let reserved = DescriptorTable.reserved, reserved >= 256 { configuration.writesSmallFilesUnnamed = true }

@@ -3,6 +3,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 /// An HTTP/1.1 server on loopback for tests: it serves deterministic bodies, honours `Range` and `If-Range` like a
 /// correct origin, injects faults on request, and records every request it receives.
@@ -158,20 +159,27 @@ public final class FaultInjectingServer: Sendable {
     /// The address the server listens on.
     public let host: String
 
-    private init(state: NIOLockedValueBox<State>, channel: any Channel, host: String) {
+    /// The scheme of the server's URLs: `https` when it serves TLS.
+    public let scheme: String
+
+    private init(state: NIOLockedValueBox<State>, channel: any Channel, host: String, scheme: String) {
         self.state = state
         self.channel = channel
         self.host = host
+        self.scheme = scheme
         self.port = channel.localAddress!.port!
     }
 
-    /// Starts a server on `host` (loopback) and an ephemeral port, runs `body`, and stops the server.
+    /// Starts a server on `host` (loopback) and an ephemeral port, runs `body`, and stops the server. With `tls`, it
+    /// speaks https with ``TestCertificates``' server certificate (its ``url(_:)``s are https).
     public static func withServer<Result>(
         host: String = "127.0.0.1",
         resources: [String: Resource] = [:],
+        tls: Bool = false,
         _ body: (FaultInjectingServer) async throws -> Result
     ) async throws -> Result {
         let state = NIOLockedValueBox(State(resources: resources))
+        let tlsContext = tls ? try NIOSSLContext(configuration: TestCertificates.serverConfiguration()) : nil
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
@@ -180,12 +188,15 @@ public final class FaultInjectingServer: Sendable {
                     return $0.acceptedConnections
                 }
                 return channel.eventLoop.makeCompletedFuture {
+                    if let tlsContext {
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tlsContext))
+                    }
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(RequestHandler(state: state, connection: connection))
                 }
             }
             .bind(host: host, port: 0).get()
-        let server = FaultInjectingServer(state: state, channel: channel, host: host)
+        let server = FaultInjectingServer(state: state, channel: channel, host: host, scheme: tls ? "https" : "http")
         do {
             let result = try await body(server)
             try? await channel.close()
@@ -198,7 +209,7 @@ public final class FaultInjectingServer: Sendable {
 
     /// The URL of a path on this server.
     public func url(_ path: String) -> URL {
-        URL(string: "http://\(self.host):\(self.port)\(path)")!
+        URL(string: "\(self.scheme)://\(self.host):\(self.port)\(path)")!
     }
 
     /// Serves `resource` at `path` from now on.

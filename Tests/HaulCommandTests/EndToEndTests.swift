@@ -141,6 +141,33 @@ struct EndToEndTests {
         }
     }
 
+    @Test func httpsFromAPrivateAuthorityNeedsItsCertificateOrInsecureAndSaysWhyOtherwise() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)], tls: true) { server in
+            try await self.withFolder { folder in
+                let url = server.url("/a.bin").absoluteString
+                let untrusted = try await HaulProcess.run(["get", url, "-d", folder.appending(path: "1").path, "-q"])
+                #expect(untrusted.status == 1)
+                #expect(untrusted.stdout.contains("TLS handshake with 127.0.0.1:\(server.port) failed: "))
+                #expect(untrusted.stdout.contains("CERTIFICATE_VERIFY_FAILED"), "\(untrusted.stdout)")
+
+                let authority = folder.appending(path: "authority.pem")
+                try Data(TestCertificates.authority.utf8).write(to: authority)
+                let trusted = try await HaulProcess.run([
+                    "get", url, "-d", folder.appending(path: "2").path, "--ca-certificate", authority.path,
+                ])
+                #expect(trusted.status == 0, "\(trusted.stdout) \(trusted.stderr)")
+                #expect(try Data(contentsOf: folder.appending(path: "2/a.bin")) == Data(Self.body))
+
+                let insecure = try await HaulProcess.run(["get", url, "-d", folder.appending(path: "3").path, "-k"])
+                #expect(insecure.status == 0, "\(insecure.stdout) \(insecure.stderr)")
+
+                let missing = try await HaulProcess.run(["get", url, "--ca-certificate", "/nonexistent.pem"])
+                #expect(missing.status == 64)
+                #expect(missing.stderr.contains("--ca-certificate: cannot read /nonexistent.pem"))
+            }
+        }
+    }
+
     @Test func exitsOneAndNamesEveryFailedURLWithItsReason() async throws {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in

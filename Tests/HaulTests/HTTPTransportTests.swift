@@ -39,7 +39,7 @@ struct ReadSizeTests {
         try await FaultInjectingServer.withServer(resources: ["/big": resource]) { server in
             var configuration = TransferManager.Configuration()
             configuration.maximumConcurrentTransfers = 16
-            let client = HTTPTransport.makeClient(configuration)
+            let client = try HTTPTransport.makeClient(configuration)
             let transport = HTTPTransport(client: client, configuration: configuration)
             var largest = 0
             var received = 0
@@ -106,7 +106,7 @@ struct ResponseStreamTests {
     ) async throws -> (file: [UInt8], error: (any Error)?) {
         try await FaultInjectingServer.withServer(resources: ["/f": resource]) { server in
             let configuration = TransferManager.Configuration()
-            let client = HTTPTransport.makeClient(configuration)
+            let client = try HTTPTransport.makeClient(configuration)
             let transport = HTTPTransport(client: client, configuration: configuration)
             let path = FileManager.default.temporaryDirectory.appending(path: "haul-stream-\(UUID().uuidString)").path
             defer { PartialFile.remove(path) }

@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 /// Why a connection could not be made or was lost, in the words a person needs: the system's reason, the name that
 /// did not resolve, the TLS library's reason. SwiftNIO's own descriptions nest every layer (`Connection errors:
@@ -35,7 +36,6 @@ enum ConnectionFailure {
         if let error = error as? SocketAddressError.UnknownHost {
             return "Could not resolve \(error.host): \(error.errorDescription)"
         }
-        if let reason = Self.tlsReason(in: "\(error)") { return "TLS handshake failed: \(reason)" }
         return "\(prefix): \(Self.reason(for: error))"
     }
 
@@ -77,6 +77,15 @@ enum ConnectionFailure {
             return "no answer within \(after)"
         }
         return "\(error)"
+    }
+
+    /// The message for a failed TLS handshake (`TLS handshake with example.com:443 failed: CERTIFICATE_VERIFY_FAILED`),
+    /// or `nil` when `error` is not SwiftNIO SSL's.
+    static func tlsFailure(_ error: any Error, url: URL) -> String? {
+        guard error is NIOSSLError || error is NIOSSLExtraError else { return nil }
+        let server = url.host.map { Self.authority($0, url.port ?? Self.defaultPort(url)) } ?? url.absoluteString
+        let description = "\(error)"
+        return "TLS handshake with \(server) failed: \(Self.tlsReason(in: description) ?? description)"
     }
 
     /// The reason BoringSSL gave for a failed handshake (`WRONG_VERSION_NUMBER`, `CERTIFICATE_VERIFY_FAILED`), read

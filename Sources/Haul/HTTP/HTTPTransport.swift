@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import Tracing
 
 /// The seam between Haul and its HTTP connections: builds requests, runs them, and turns the connections' errors into
@@ -31,8 +32,12 @@ struct HTTPTransport: Sendable {
     /// no decompression (files are stored as sent), the idle timeout as the read timeout (it catches stalled
     /// bodies, which a request deadline does not; a server that stops taking an upload is caught by ``UploadBody``), no silent connection retries (Haul decides about retries), and
     /// no redirects (Haul follows them itself, to decide which headers may follow).
-    static func makeClient(_ configuration: TransferManager.Configuration) -> HTTPClient {
+    ///
+    /// - Throws: ``HaulError/Code/invalidRequest`` when a file of ``TransferManager/Configuration/
+    ///   additionalTrustedCertificates`` holds no certificate.
+    static func makeClient(_ configuration: TransferManager.Configuration) throws(HaulError) -> HTTPClient {
         var clientConfiguration = HTTPClient.Configuration(
+            tlsConfiguration: try Self.tlsConfiguration(configuration),
             redirectConfiguration: .disallow,
             timeout: .init(
                 connect: .nanoseconds(configuration.connectTimeout.nanoseconds),
@@ -61,6 +66,36 @@ struct HTTPTransport: Sendable {
             }
         }
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
+    }
+
+    /// The client's TLS settings for the configuration's trusted certificates and verification, or `nil` for the
+    /// client's default (the system's authorities, full verification).
+    static func tlsConfiguration(_ configuration: TransferManager.Configuration) throws(HaulError) -> TLSConfiguration?
+    {
+        guard !configuration.additionalTrustedCertificates.isEmpty || !configuration.verifiesCertificates else {
+            return nil
+        }
+        var tls = TLSConfiguration.makeClientConfiguration()
+        var certificates: [NIOSSLCertificate] = []
+        for file in configuration.additionalTrustedCertificates {
+            let read: [NIOSSLCertificate]
+            do {
+                read = try NIOSSLCertificate.fromPEMFile(file.path)
+            } catch {
+                throw HaulError(
+                    .invalidRequest,
+                    "Cannot read certificates from \(file.path): \(error)",
+                    underlying: error
+                )
+            }
+            guard !read.isEmpty else {
+                throw HaulError(.invalidRequest, "\(file.path) holds no PEM certificate")
+            }
+            certificates += read
+        }
+        if !certificates.isEmpty { tls.additionalTrustRoots = [.certificates(certificates)] }
+        if !configuration.verifiesCertificates { tls.certificateVerification = .none }
+        return tls
     }
 
     /// Closes the connections; every transfer has ended.
@@ -318,6 +353,9 @@ struct HTTPTransport: Sendable {
     /// The Haul error for an error thrown by the client or by a body iteration.
     static func haulError(for error: any Error, url: URL, receivedBody: Bool) -> any Error {
         if error is HaulError || error is CancellationError { return error }
+        if let message = ConnectionFailure.tlsFailure(error, url: url) {
+            return HaulError(.tlsHandshakeFailed, message, underlying: error)
+        }
         if let parserError = error as? HTTPParserError, parserError != .invalidEOFState {
             // NIO's parser caps the header block at 80 KiB and refuses conflicting lengths: no retry would help.
             // (`invalidEOFState` is a connection closed mid-body: an incomplete transfer, handled below.)
