@@ -1,0 +1,164 @@
+/*
+ * What SQLite itself costs for the store's rows, without any code of Haul's around it (docs/benchmarks.md,
+ * twenty-third session): 2,048 rows of the `transfer` table inserted 32 to a transaction, then each completed by the
+ * store's publishing UPDATE, 8 to a transaction. Count instructions, not time:
+ *
+ *     gcc -O2 -o /tmp/rows Benchmarks/SQLite/rows.c -lsqlite3
+ *     valgrind --tool=callgrind --callgrind-out-file=/dev/null /tmp/rows setup     # opening and schema alone
+ *     valgrind --tool=callgrind --callgrind-out-file=/dev/null /tmp/rows inserts   # and the inserts
+ *     valgrind --tool=callgrind --callgrind-out-file=/dev/null /tmp/rows           # inserts and completions
+ *
+ * Variants, as further arguments: `narrow` (the seven columns a batch shares left out of the row, as a table of their
+ * own would), `from` (a transaction's completions as one UPDATE ... FROM (VALUES ...)), `nomutex` (the connection in
+ * multi-thread mode), `nosecure` (PRAGMA secure_delete = OFF). The database is /dev/shm/haul-rows.db. Not part of
+ * `swift test`.
+ */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ROWS 2048
+#define PER_INSERT 32
+#define PER_COMPLETION 8
+#define FOLDER "/dev/shm/o"
+#define MINE "(leaseOwner = ? OR ((leaseOwner IS NULL OR leaseExpires < ?) AND state != 'completed'))"
+
+static const char *wide_schema =
+    "CREATE TABLE transfer (id TEXT PRIMARY KEY NOT NULL, url TEXT NOT NULL, destinationKind TEXT NOT NULL,"
+    " destinationPath TEXT NOT NULL, folder TEXT NOT NULL, nameComponents TEXT NOT NULL,"
+    " usesContentDisposition BOOLEAN NOT NULL, conflictPolicy TEXT NOT NULL, headers TEXT NOT NULL, checksum TEXT,"
+    " expectedSize INTEGER, computesSHA256 BOOLEAN NOT NULL, state TEXT NOT NULL,"
+    " bytesOnDisk INTEGER NOT NULL DEFAULT 0, totalSize INTEGER, etag TEXT, lastModified TEXT,"
+    " attempts INTEGER NOT NULL DEFAULT 0, finalPath TEXT, finalSize INTEGER, finalModified DOUBLE, sha256 TEXT,"
+    " errorCode TEXT, errorMessage TEXT, httpStatus INTEGER, updatedAt DOUBLE NOT NULL, leaseOwner TEXT,"
+    " leaseExpires DOUBLE, operation TEXT NOT NULL DEFAULT '{\"kind\":\"download\"}');";
+static const char *wide_insert =
+    "INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents, usesContentDisposition,"
+    " conflictPolicy, headers, computesSHA256, state, updatedAt, leaseOwner, leaseExpires, operation)"
+    " VALUES (?, ?, 'folder', '" FOLDER "', '" FOLDER "', ?, 0, 'rename', '[]', 0, 'waiting', 1.0, ?, 2.0,"
+    " '{\"kind\":\"download\"}')";
+static const char *narrow_schema =
+    "CREATE TABLE transfer (id TEXT PRIMARY KEY NOT NULL, url TEXT NOT NULL, profile INTEGER NOT NULL,"
+    " destinationPath TEXT, nameComponents TEXT NOT NULL, checksum TEXT, expectedSize INTEGER, state TEXT NOT NULL,"
+    " bytesOnDisk INTEGER NOT NULL DEFAULT 0, totalSize INTEGER, etag TEXT, lastModified TEXT,"
+    " attempts INTEGER NOT NULL DEFAULT 0, finalPath TEXT, finalSize INTEGER, finalModified DOUBLE, sha256 TEXT,"
+    " errorCode TEXT, errorMessage TEXT, httpStatus INTEGER, updatedAt DOUBLE NOT NULL, leaseOwner TEXT,"
+    " leaseExpires DOUBLE);";
+static const char *narrow_insert =
+    "INSERT INTO transfer (id, url, profile, nameComponents, state, updatedAt, leaseOwner, leaseExpires)"
+    " VALUES (?, ?, 1, ?, 'waiting', 1.0, ?, 2.0)";
+static const char *completion =
+    "UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?, finalSize = ?,"
+    " finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = ?,"
+    " leaseOwner = ?, leaseExpires = ? WHERE id = ? AND " MINE;
+static const char *owner = "vm/18121/D0F95BF7-B4EF-42B2-88D8-D233940FAE26";
+
+static int has(int argc, char **argv, const char *word) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], word) == 0) return 1;
+    return 0;
+}
+
+static void check(int code, sqlite3 *db) {
+    if (code != SQLITE_OK && code != SQLITE_DONE) {
+        fprintf(stderr, "sqlite: %s\n", sqlite3_errmsg(db));
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv) {
+    int narrow = has(argc, argv, "narrow"), from = has(argc, argv, "from");
+    unlink("/dev/shm/haul-rows.db");
+    unlink("/dev/shm/haul-rows.db-wal");
+    unlink("/dev/shm/haul-rows.db-shm");
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);  // as the haul command sets it
+    sqlite3 *db;
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | (has(argc, argv, "nomutex") ? SQLITE_OPEN_NOMUTEX : 0);
+    check(sqlite3_open_v2("/dev/shm/haul-rows.db", &db, flags, NULL), db);
+    check(sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;",
+                       NULL, NULL, NULL), db);
+    if (has(argc, argv, "nosecure")) check(sqlite3_exec(db, "PRAGMA secure_delete = OFF", NULL, NULL, NULL), db);
+    check(sqlite3_exec(db, narrow ? narrow_schema : wide_schema, NULL, NULL, NULL), db);
+
+    static char ids[ROWS][17];
+    srand(1);
+    for (int i = 0; i < ROWS; i++) snprintf(ids[i], sizeof ids[i], "%08x%08x", rand(), rand());
+
+    if (has(argc, argv, "setup")) return 0;  // the opening and the schema alone, to subtract
+
+    sqlite3_stmt *insert;
+    check(sqlite3_prepare_v2(db, narrow ? narrow_insert : wide_insert, -1, &insert, NULL), db);
+    for (int i = 0; i < ROWS; i += PER_INSERT) {
+        check(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), db);
+        for (int k = i; k < i + PER_INSERT; k++) {
+            char url[64], name[32];
+            snprintf(url, sizeof url, "http://127.0.0.1:18431/small/f%06d.bin", k);
+            snprintf(name, sizeof name, "[\"f%06d.bin\"]", k);
+            sqlite3_bind_text(insert, 1, ids[k], 16, SQLITE_STATIC);
+            sqlite3_bind_text(insert, 2, url, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(insert, 3, name, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(insert, 4, owner, -1, SQLITE_STATIC);
+            check(sqlite3_step(insert), db);
+            sqlite3_reset(insert);
+        }
+        check(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), db);
+    }
+    if (has(argc, argv, "inserts")) return 0;
+
+    sqlite3_stmt *update;
+    if (from) {
+        char sql[4096] = "WITH v(id, b, t, p, s, m, h, u, o, e) AS (VALUES ";
+        for (int k = 0; k < PER_COMPLETION; k++) strcat(sql, k ? ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" : "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        strcat(sql, ") UPDATE transfer SET state = 'completed', bytesOnDisk = v.b, totalSize = v.t, finalPath = v.p,"
+                    " finalSize = v.s, finalModified = v.m, sha256 = v.h, errorCode = NULL, errorMessage = NULL,"
+                    " httpStatus = NULL, updatedAt = v.u, leaseOwner = v.o, leaseExpires = v.e FROM v"
+                    " WHERE transfer.id = v.id AND (transfer.leaseOwner = ? OR ((transfer.leaseOwner IS NULL"
+                    " OR transfer.leaseExpires < ?) AND transfer.state != 'completed'))");
+        check(sqlite3_prepare_v2(db, sql, -1, &update, NULL), db);
+    } else {
+        check(sqlite3_prepare_v2(db, completion, -1, &update, NULL), db);
+    }
+    int changed = 0;
+    for (int i = 0; i < ROWS; i += PER_COMPLETION) {
+        check(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), db);
+        int c = 1;
+        for (int k = i; k < i + PER_COMPLETION; k++) {
+            char path[128];
+            snprintf(path, sizeof path, "%s/f%06d.bin", FOLDER, k);
+            if (from) sqlite3_bind_text(update, c++, ids[k], 16, SQLITE_STATIC);
+            sqlite3_bind_int64(update, c++, 16384);
+            sqlite3_bind_int64(update, c++, 16384);
+            sqlite3_bind_text(update, c++, path, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(update, c++, 16384);
+            sqlite3_bind_double(update, c++, 1.5e9);
+            sqlite3_bind_null(update, c++);
+            sqlite3_bind_double(update, c++, 1.6e9);
+            sqlite3_bind_text(update, c++, owner, -1, SQLITE_STATIC);
+            sqlite3_bind_double(update, c++, 1.7e9);
+            if (!from) {
+                sqlite3_bind_text(update, c++, ids[k], 16, SQLITE_STATIC);
+                sqlite3_bind_text(update, c++, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_double(update, c++, 1.6e9);
+                check(sqlite3_step(update), db);
+                changed += sqlite3_changes(db);
+                sqlite3_reset(update);
+                c = 1;
+            }
+        }
+        if (from) {
+            sqlite3_bind_text(update, c++, owner, -1, SQLITE_STATIC);
+            sqlite3_bind_double(update, c++, 1.6e9);
+            check(sqlite3_step(update), db);
+            changed += sqlite3_changes(db);
+            sqlite3_reset(update);
+        }
+        check(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), db);
+    }
+    if (changed != ROWS) {
+        fprintf(stderr, "completed %d rows of %d\n", changed, ROWS);
+        return 1;
+    }
+    return 0;
+}
