@@ -60,6 +60,18 @@ struct InputFileTests {
         }
     }
 
+    @Test func readsAListSavedWithAByteOrderMarkAndWindowsLineEnds() throws {
+        var parser = InputFileParser()
+        let lines = "\u{FEFF}https://a.example/1\r\n\tout=one.bin\r\n\r\nhttps://a.example/2\r\n"
+        var items: [InputItem] = []
+        for line in lines.split(separator: "\r\n", omittingEmptySubsequences: false) {
+            if let item = try parser.feed(line) { items.append(item) }
+        }
+        if let last = parser.finish() { items.append(last) }
+        #expect(items.map(\.url.absoluteString) == ["https://a.example/1", "https://a.example/2"])
+        #expect(items.first?.outputName == "one.bin")
+    }
+
     @Test func refusesHeaderValuesThatCouldSmuggleAnotherHeader() {
         #expect(HTTPHeaderLine(parsing: "X-A: 1\r\nX-B: 2") == nil)
         #expect(HTTPHeaderLine(parsing: "Bad Name: 1") == nil)

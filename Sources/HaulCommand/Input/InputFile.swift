@@ -57,7 +57,11 @@ struct InputFileParser {
     /// Takes the next line; returns the previous item when this line starts a new one.
     mutating func feed(_ rawLine: Substring) throws(InputFileError) -> InputItem? {
         self.lineNumber += 1
-        let line = rawLine
+        var line = rawLine
+        // A byte-order mark before the first line (editors on Windows write one) is not part of a URL.
+        if self.lineNumber == 1, line.unicodeScalars.first == "\u{FEFF}" {
+            line = Substring(line.unicodeScalars.dropFirst())
+        }
         if line.allSatisfy({ $0 == " " || $0 == "\t" }) { return nil }
         if line.first == " " || line.first == "\t" {
             try self.addOption(line.trimmingWhitespace())
