@@ -46,7 +46,8 @@ struct StateOptions: ParsableArguments {
         do {
             return try TransferStore(path: path)
         } catch {
-            Get.printError("haul: cannot open the state database \(path.path): \(error)")
+            let reason = (error as? HaulError)?.message ?? "\(error)"
+            Get.printError("haul: cannot open the state database \(path.path): \(reason)")
             throw ExitCode(1)
         }
     }

@@ -61,6 +61,17 @@ struct TransferStoreTests {
         #expect(try store.batches().isEmpty)
     }
 
+    @Test func aStoreWhoseFolderCannotBeMadeSaysWhyInWords() throws {
+        let file = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
+        try Data("a file, not a folder".utf8).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let error = #expect(throws: HaulError.self) {
+            try TransferStore(path: file.appending(path: "state/state.sqlite"))
+        }
+        #expect(error?.code == .fileSystem)
+        #expect(error?.message == "Cannot create the folder \(file.path)/state: Not a directory", "\(error!)")
+    }
+
     @Test func recordsStateChangesValidatorsCheckpointsAndResults() throws {
         let store = try TransferStore()
         let batch = try store.createBatch()

@@ -68,12 +68,7 @@ package struct PartialFile: ~Copyable {
         if descriptor < 0, errno == ENOENT {
             // The folder is missing: create it (and its parents) once, then open again. Not done up front: a
             // batch opens thousands of files in folders that exist, and each check is a system call.
-            let folder = URL(filePath: path).deletingLastPathComponent()
-            do {
-                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            } catch {
-                throw HaulError(.fileSystem, "Cannot create the folder \(folder.path)", underlying: error)
-            }
+            try Folders.make(URL(filePath: path).deletingLastPathComponent().path)
             descriptor = open(path, flags, 0o644)
         }
         guard descriptor >= 0 else { throw .posix("Cannot open \(path)") }
@@ -101,9 +96,7 @@ package struct PartialFile: ~Copyable {
     package init?(unnamedIn folder: String, partPath: String) {
         guard Self.unnamedFiles.reserve() else { return nil }
         var descriptor = haul_open_unnamed(folder, 0o644)
-        if descriptor < 0, errno == ENOENT,
-            (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) != nil
-        {
+        if descriptor < 0, errno == ENOENT, (try? Folders.make(folder)) != nil {
             descriptor = haul_open_unnamed(folder, 0o644)
         }
         guard descriptor >= 0 else {

@@ -28,8 +28,11 @@ public final class TransferStore: Sendable {
     }
 
     /// Opens (creating it and its folders) the store at `path`, and brings its schema up to date.
+    ///
+    /// - Throws: ``HaulError/Code/fileSystem`` when its folder cannot be made; SQLite's error when the file cannot be
+    ///   opened as a database.
     public init(path: URL) throws {
-        try FileManager.default.createDirectory(at: path.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Folders.make(path.deletingLastPathComponent().path)
         let isNew = !FileManager.default.fileExists(atPath: path.path)
         self.createdEmpty = NIOLockedValueBox(isNew)
         // Best effort: when it fails (another process created the file first, or is migrating it), the database is
