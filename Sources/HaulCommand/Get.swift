@@ -98,11 +98,12 @@ struct Get: AsyncParsableCommand {
             let url = URL(string: text.trimmingWhitespace())!
             let destination: TransferRequest.Destination =
                 self.output.map { .file(folder.appending(path: $0, directoryHint: .notDirectory)) } ?? .folder(folder)
+            let (bare, headers) = URLCredentials.apply(to: url, headers: self.options.parsedHeaders)
             return TransferRequest(
-                url: url,
+                url: bare,
                 destination: destination,
                 checksum: self.checksum.flatMap(Checksum.init(parsing:)),
-                headers: self.options.parsedHeaders
+                headers: headers
             )
         }
     }
@@ -123,12 +124,11 @@ struct Get: AsyncParsableCommand {
         let destination: TransferRequest.Destination =
             item.outputName.map { .file(itemFolder.appending(path: $0, directoryHint: .notDirectory)) }
             ?? .folder(itemFolder)
-        return TransferRequest(
-            url: item.url,
-            destination: destination,
-            checksum: item.checksum,
+        let (url, headers) = URLCredentials.apply(
+            to: item.url,
             headers: headers + item.headers.map { ($0.name, $0.value) }
         )
+        return TransferRequest(url: url, destination: destination, checksum: item.checksum, headers: headers)
     }
 
     static func printOutput(_ line: String) {

@@ -66,10 +66,9 @@ struct Put: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let base = URL(string: self.to)!
+        let (base, headers) = URLCredentials.apply(to: URL(string: self.to)!, headers: self.options.parsedHeaders)
         let method: TransferRequest.UploadMethod =
             self.method.uppercased() == "POST" ? .multipart(field: self.field ?? "file") : .put
-        let headers = self.options.parsedHeaders
         let requests = self.files.map { file in
             // Absolute, so that the same command run from elsewhere names the same transfers in the state database.
             let path = URL(filePath: file).absoluteURL.standardizedFileURL

@@ -50,7 +50,8 @@ struct Remove: AsyncParsableCommand {
         let headers = self.options.parsedHeaders
         let missingOK = self.missingOK
         func request(_ url: URL, _ extra: [(name: String, value: String)] = []) -> TransferRequest {
-            .delete(url, headers: headers + extra, treatsNotFoundAsSuccess: missingOK)
+            let (url, headers) = URLCredentials.apply(to: url, headers: headers + extra)
+            return .delete(url, headers: headers, treatsNotFoundAsSuccess: missingOK)
         }
         let requests = self.urls.map { request(URL(string: $0.trimmingCharacters(in: .whitespaces))!) }
         let configuration = self.options.configuration(store: try self.state.openStore())

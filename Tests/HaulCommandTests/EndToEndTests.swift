@@ -168,6 +168,30 @@ struct EndToEndTests {
         }
     }
 
+    @Test func credentialsInAURLAreSentAsBasicAuthorizationButNeitherPrintedNorStored() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+            try await self.withFolder { folder in
+                let url = "http://user:s3cret@127.0.0.1:\(server.port)/a.bin"
+                let state = folder.appending(path: "state")
+                let output = try await HaulProcess.run(
+                    ["get", url, "-d", folder.appending(path: "out").path],
+                    stateHome: state
+                )
+                #expect(output.status == 0, "\(output.stderr)")
+                #expect(server.requests.first?.headers["authorization"] == "Basic dXNlcjpzM2NyZXQ=")
+                #expect(!output.stdout.contains("s3cret") && !output.stderr.contains("s3cret"))
+                #expect(output.stdout.contains("http://127.0.0.1:\(server.port)/a.bin"))
+                var stored = ""
+                for name in (try? FileManager.default.subpathsOfDirectory(atPath: state.path)) ?? [] {
+                    stored +=
+                        (try? String(contentsOfFile: state.appending(path: name).path, encoding: .isoLatin1)) ?? ""
+                }
+                #expect(!stored.isEmpty, "the state database was written")
+                #expect(!stored.contains("s3cret"), "the password is not in the state database")
+            }
+        }
+    }
+
     @Test func exitsOneAndNamesEveryFailedURLWithItsReason() async throws {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in

@@ -72,6 +72,21 @@ struct InputFileTests {
         #expect(items.first?.outputName == "one.bin")
     }
 
+    @Test func credentialsInAURLBecomeABasicAuthorizationAndLeaveTheURL() {
+        let url = URL(string: "https://user:p%40ss@example.com:8443/a/b.bin?x=1")!
+        let (bare, headers) = URLCredentials.apply(to: url, headers: [("X-Trace", "1")])
+        #expect(bare.absoluteString == "https://example.com:8443/a/b.bin?x=1")
+        #expect(headers.map(\.name) == ["X-Trace", "Authorization"])
+        // user:p@ss
+        #expect(headers.last?.value == "Basic dXNlcjpwQHNz")
+        let given = URLCredentials.apply(to: url, headers: [("authorization", "Bearer t")])
+        #expect(given.url == bare)
+        #expect(given.headers.map(\.value) == ["Bearer t"], "a header given wins")
+        let plain = URL(string: "https://example.com/a?mail=a@b.example")!
+        #expect(URLCredentials.apply(to: plain, headers: []).url == plain)
+        #expect(URLCredentials.apply(to: plain, headers: []).headers.isEmpty)
+    }
+
     @Test func refusesHeaderValuesThatCouldSmuggleAnotherHeader() {
         #expect(HTTPHeaderLine(parsing: "X-A: 1\r\nX-B: 2") == nil)
         #expect(HTTPHeaderLine(parsing: "Bad Name: 1") == nil)
