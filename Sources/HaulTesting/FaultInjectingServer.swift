@@ -64,6 +64,9 @@ public final class FaultInjectingServer: Sendable {
         case announceLength(Int)
         /// Add these response headers (for example `Content-Encoding: gzip`).
         case addHeaders([String: String])
+        /// Announce the body's length, send the body and then this text, in one write, keeping the connection open (a
+        /// server whose `Content-Length` is short of what it sends).
+        case sendMoreThanAnnounced(String)
         /// Serve these bytes instead of the resource's, under the same validators and length, and close after
         /// `closeAfterBytes` (a server that changed the file without changing its ETag).
         case oldBody([UInt8], closeAfterBytes: Int)
@@ -584,6 +587,17 @@ public final class FaultInjectingServer: Sendable {
                     self.state.withLockedValue { $0.inFlight -= 1 }
                 }
                 context.close(promise: nil)
+                return
+            case .sendMoreThanAnnounced(let extra):
+                var announced = HTTPHeaders()
+                announced.add(name: "Content-Length", value: String(resource.body.count))
+                context.write(
+                    self.wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: announced))),
+                    promise: nil
+                )
+                let body = context.channel.allocator.buffer(bytes: resource.body + Array(extra.utf8))
+                context.write(self.wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+                self.finishResponse(context: context)
                 return
             case .redirect(let code, let location):
                 self.sendText(

@@ -68,6 +68,20 @@ struct ConnectionReuseTests {
         #expect(outcome.isWhole == ["/a": true, "/b": true, "/c": true])
     }
 
+    @Test func aResponseFollowedByMoreThanItAnnouncedCompletesAndItsConnectionIsNotUsedAgain() async throws {
+        let outcome = try await self.download(
+            ["/a", "/b", "/c"],
+            from: [
+                "/a": .init(body: Self.body, faults: [.sendMoreThanAnnounced("junk after the body")]),
+                "/b": .init(body: Self.body), "/c": .init(body: Self.body),
+            ]
+        )
+        #expect(outcome.report.completed.count == 3, "\(outcome.report.failed.map(\.error.message))")
+        #expect(outcome.isWhole == ["/a": true, "/b": true, "/c": true])
+        // The bytes past a's length would have begun b's response on the same connection, and failed it.
+        #expect(outcome.trace == ["/a@1", "/b@2", "/c@2"])
+    }
+
     @Test func manyFilesFromOneHostShareAsManyConnectionsAsRunAtOnce() async throws {
         let paths = (0..<40).map { "/f\($0)" }
         let resources = Dictionary(

@@ -264,7 +264,7 @@ final class ConnectionPool: Sendable {
                     // ``requestHead(_:origin:headers:)`` checks each request as it is made (the validator looked at
                     // it again in the pipeline, about 4,500 instructions a request).
                     try pipeline.addHandler(HTTP1RequestEncoder())
-                    try pipeline.addHandler(HTTP1ResponseHandler())
+                    try pipeline.addHandler(HTTP1ResponseHandler(oneRequestAtATime: true))
                     try pipeline.addHandler(IdleStateHandler(readTimeout: idleTimeout))
                     try pipeline.addHandler(HTTP1ConnectionHandler(pool: self, origin: origin))
                 }

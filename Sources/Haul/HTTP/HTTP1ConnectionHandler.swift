@@ -170,6 +170,10 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
             self.perform(self.machine.readTimedOut(), context: context, error: nil)
+        } else if event is HTTP1ResponseHandler.BytesAfterResponse {
+            // The server sent more than its last response said: the connection is not used again. An exchange the
+            // pool gave it meanwhile has had no answer yet: it is sent again on another connection.
+            context.close(promise: nil)
         } else {
             context.fireUserInboundEventTriggered(event)
         }

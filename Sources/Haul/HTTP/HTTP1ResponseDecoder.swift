@@ -151,9 +151,13 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
         return framing
     }
 
+    /// How many responses have ended.
+    private(set) var responsesEnded = 0
+
     /// Ends the response, and waits for the next head.
     private mutating func end(context: ChannelHandlerContext) {
         self.state = .head
+        self.responsesEnded += 1
         context.fireChannelRead(self.wrapInboundOut(.end(nil)))
     }
 
@@ -481,6 +485,20 @@ final class HTTP1ResponseHandler: ChannelInboundHandler, RemovableChannelHandler
     typealias InboundIn = ByteBuffer
     typealias InboundOut = HTTPClientResponsePart
 
+    /// Bytes arrived after a response's end, in the read that ended it, as if the server had sent more than the
+    /// response's framing said (a `Content-Length` short of the body). Haul sends one request at a time, so they
+    /// answer nothing: they are dropped, and this event goes on so that the connection is not used again (the next
+    /// response would begin with them and fail to parse).
+    struct BytesAfterResponse: Sendable {}
+
+    /// Whether the connection carries one request at a time (Haul's own): bytes after a response's end, in the read
+    /// that ended it, are then dropped and signalled (``BytesAfterResponse``). Otherwise they begin the next response.
+    private let oneRequestAtATime: Bool
+
+    init(oneRequestAtATime: Bool = false) {
+        self.oneRequestAtATime = oneRequestAtATime
+    }
+
     private var decoder = HTTP1ResponseDecoder()
     /// Bytes read and not decoded yet.
     private var buffered: ByteBuffer?
@@ -518,15 +536,27 @@ final class HTTP1ResponseHandler: ChannelInboundHandler, RemovableChannelHandler
         context.fireChannelInactive()
     }
 
+    /// Whether `bytes` hold anything but the empty lines a client ignores before a status line (RFC 9112, 2.2).
+    private static func holdsMoreThanEmptyLines(_ bytes: ByteBuffer) -> Bool {
+        bytes.readableBytesView.contains { $0 != UInt8(ascii: "\r") && $0 != UInt8(ascii: "\n") }
+    }
+
     private func decode(_ bytes: inout ByteBuffer, last: Bool, context: ChannelHandlerContext) {
         self.isDecoding = true
         do {
             if last {
                 _ = try self.decoder.decodeLast(context: context, buffer: &bytes, seenEOF: true)
             } else {
+                let ended = self.decoder.responsesEnded
                 // A close meanwhile stops the loop: what is left is decoded as the input's last bytes.
                 while !self.closedWhileDecoding, try self.decoder.decode(context: context, buffer: &bytes) == .continue
                 {}
+                if self.oneRequestAtATime, self.decoder.responsesEnded > ended, self.decoder.state == .head,
+                    Self.holdsMoreThanEmptyLines(bytes)
+                {
+                    bytes.moveReaderIndex(forwardBy: bytes.readableBytes)
+                    context.fireUserInboundEventTriggered(BytesAfterResponse())
+                }
             }
             if bytes.readableBytes > 0 { self.buffered = bytes }
         } catch {
