@@ -95,7 +95,7 @@ struct Get: AsyncParsableCommand {
 
     private func commandLineRequests(folder: URL) -> [TransferRequest] {
         self.urls.map { text in
-            let url = URL(string: text.trimmingWhitespace())!
+            let url = InputFileParser.parse(text.trimmingWhitespace())!
             let destination: TransferRequest.Destination =
                 self.output.map { .file(folder.appending(path: $0, directoryHint: .notDirectory)) } ?? .folder(folder)
             let (bare, headers) = URLCredentials.apply(to: url, headers: self.options.parsedHeaders)

@@ -53,7 +53,7 @@ struct Remove: AsyncParsableCommand {
             let (url, headers) = URLCredentials.apply(to: url, headers: headers + extra)
             return .delete(url, headers: headers, treatsNotFoundAsSuccess: missingOK)
         }
-        let requests = self.urls.map { request(URL(string: $0.trimmingCharacters(in: .whitespaces))!) }
+        let requests = self.urls.map { request(InputFileParser.parse($0.trimmingWhitespace())!) }
         let configuration = self.options.configuration(store: try self.state.openStore())
         try await BatchRunner.run(configuration: configuration, options: self.options, requests: requests, input: input)
         {

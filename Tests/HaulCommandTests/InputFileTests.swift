@@ -60,6 +60,17 @@ struct InputFileTests {
         }
     }
 
+    @Test(arguments: [
+        ("http://h/r%C3%A9sum%C3%A9%201.txt", "http://h/r%C3%A9sum%C3%A9%201.txt"),
+        ("http://h/résumé 1.txt", "http://h/r%C3%A9sum%C3%A9%201.txt"),
+        ("http://h/résumé%201.txt", "http://h/r%C3%A9sum%C3%A9%201.txt"),
+        ("http://h/100%.txt", "http://h/100%25.txt"),
+        ("http://h/a?q=a b&r=%7E#top", "http://h/a?q=a%20b&r=%7E#top"),
+    ])
+    func aURLAsAPersonWritesItIsEncodedOnceKeepingItsEscapes(text: String, expected: String) {
+        #expect(InputFileParser.parse(text)?.absoluteString == expected)
+    }
+
     @Test func readsAListSavedWithAByteOrderMarkAndWindowsLineEnds() throws {
         var parser = InputFileParser()
         let lines = "\u{FEFF}https://a.example/1\r\n\tout=one.bin\r\n\r\nhttps://a.example/2\r\n"

@@ -125,7 +125,7 @@ struct InputFileParser {
     /// An absolute http or https URL, or an error that says what is wrong with it.
     static func url(_ text: String, lineNumber: Int) throws(InputFileError) -> URL {
         let trimmed = text.trimmingWhitespace()
-        guard let url = URL(string: trimmed), let scheme = url.scheme?.lowercased(), url.host?.isEmpty == false else {
+        guard let url = Self.parse(trimmed), let scheme = url.scheme?.lowercased(), url.host?.isEmpty == false else {
             throw InputFileError(lineNumber: lineNumber, message: "not an absolute URL: \"\(trimmed)\"")
         }
         guard scheme == "http" || scheme == "https" else {
@@ -278,6 +278,55 @@ struct CheckedInput {
 }
 
 extension InputFileParser {
+    /// The URL a person wrote, with its spaces and non-ASCII characters (`résumé 1.pdf`) percent-encoded and the
+    /// escapes it has (`%20`) kept: Foundation encodes such a text itself, but then encodes its escapes' `%` too, and
+    /// `r%C3%A9sum%C3%A9%201.pdf` became a request for `…%25201.pdf`. A text with nothing to encode is Foundation's
+    /// to parse as it is (nearly every URL: one pass over its bytes).
+    static func parse(_ text: String) -> URL? {
+        var text = text
+        let encoded = text.withUTF8 { bytes -> String? in
+            func isEscape(at index: Int) -> Bool {
+                bytes[index] == UInt8(ascii: "%") && index + 2 < bytes.count && Self.isHex(bytes[index + 1])
+                    && Self.isHex(bytes[index + 2])
+            }
+            func isKept(at index: Int) -> Bool {
+                let byte = bytes[index]
+                guard byte > 0x20, byte < 0x7F else { return false }
+                switch byte {
+                case UInt8(ascii: "<"), UInt8(ascii: ">"), UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "^"),
+                    UInt8(ascii: "`"), UInt8(ascii: "{"), UInt8(ascii: "|"), UInt8(ascii: "}"):
+                    return false
+                case UInt8(ascii: "%"):
+                    return isEscape(at: index)
+                default:
+                    return true
+                }
+            }
+            guard bytes.indices.contains(where: { !isKept(at: $0) }) else { return nil }
+            let digits = Array("0123456789ABCDEF".utf8)
+            var encoded: [UInt8] = []
+            encoded.reserveCapacity(bytes.count * 3)
+            for index in bytes.indices {
+                if isKept(at: index) {
+                    encoded.append(bytes[index])
+                } else {
+                    encoded += [UInt8(ascii: "%"), digits[Int(bytes[index] >> 4)], digits[Int(bytes[index] & 0x0F)]]
+                }
+            }
+            return String(decoding: encoded, as: UTF8.self)
+        }
+        return URL(string: encoded ?? text)
+    }
+
+    private static func isHex(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"),
+            UInt8(ascii: "A")...UInt8(ascii: "F"):
+            true
+        default: false
+        }
+    }
+
     /// Checks URLs given as arguments as the parser checks a line, naming the argument that is wrong.
     static func validateArguments(_ urls: [String]) throws {
         for (index, url) in urls.enumerated() {
