@@ -148,6 +148,14 @@ int haul_terminal_width(int fd) {
     return size.ws_col;
 }
 
+int haul_terminal_height(int fd) {
+    struct winsize size;
+    if (!isatty(fd) || ioctl(fd, TIOCGWINSZ, &size) != 0) {
+        return 0;
+    }
+    return size.ws_row;
+}
+
 int haul_sqlite_keep_wal_on_close(struct sqlite3 *db) {
     return sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
 }

@@ -101,6 +101,23 @@ struct ProgressRendererTests {
         #expect(lines[6].hasPrefix("total"))
     }
 
+    @Test func aShortTerminalShowsFewerTransferLinesSoThatTheDisplayFitsItsRows() {
+        #expect(ProgressRenderer.transferLines(forRows: nil) == 8)
+        #expect(ProgressRenderer.transferLines(forRows: 50) == 8)
+        #expect(ProgressRenderer.transferLines(forRows: 8) == 5)
+        #expect(ProgressRenderer.transferLines(forRows: 2) == 0)
+        let active = (0..<16).map { self.active("f\($0)", 1, of: 2) }
+        for rows in 2...12 {
+            let renderer = ProgressRenderer(
+                width: 80,
+                maximumTransferLines: ProgressRenderer.transferLines(forRows: rows)
+            )
+            let lines = renderer.lines(for: .init(active: active, total: self.total(), elapsed: .zero))
+            // The lines and the one the cursor waits on.
+            #expect(lines.count + 1 <= max(rows, 3), "\(rows) rows: \(lines.count) lines")
+        }
+    }
+
     @Test func usesColourOnlyWhenAskedAndNeverUnderNoColor() {
         let plain = ProgressRenderer(width: 80).totalLine(self.total(), width: 80)
         #expect(!plain.contains("\u{1B}"))

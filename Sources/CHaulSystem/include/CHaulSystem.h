@@ -45,6 +45,9 @@ int haul_reserve_space(int fd, long long offset, long long length);
 /// cannot call).
 int haul_terminal_width(int fd);
 
+/// The height in rows of the terminal on `fd`, or 0 when it is not a terminal or does not say.
+int haul_terminal_height(int fd);
+
 struct sqlite3;
 
 /// Makes SQLite leave the write-ahead log in place when `db`, the last connection to its database, closes, instead of

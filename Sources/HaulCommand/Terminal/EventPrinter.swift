@@ -20,7 +20,12 @@ enum EventPrinter {
         var transferred = TransferredBytes()
         if case .plain = mode, let width = TerminalInfo.width() {
             let colors = TerminalInfo.allowsColor(environment: ProcessInfo.processInfo.environment)
-            var display = LiveDisplay(renderer: ProgressRenderer(width: width, colors: colors), started: .now)
+            let renderer = ProgressRenderer(
+                width: width,
+                maximumTransferLines: ProgressRenderer.transferLines(forRows: TerminalInfo.height()),
+                colors: colors
+            )
+            var display = LiveDisplay(renderer: renderer, started: .now)
             for await event in events {
                 transferred.note(event)
                 let text = display.output(for: event, at: .now)

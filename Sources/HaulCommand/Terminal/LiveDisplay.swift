@@ -112,6 +112,12 @@ enum TerminalInfo {
         return width > 0 ? width : nil
     }
 
+    /// The terminal's height in rows, when it says.
+    static func height() -> Int? {
+        let height = Int(haul_terminal_height(STDOUT_FILENO))
+        return height > 0 ? height : nil
+    }
+
     /// Whether colours may be used: on a terminal, and `NO_COLOR` unset or empty (https://no-color.org).
     static func allowsColor(environment: [String: String]) -> Bool {
         (environment["NO_COLOR"] ?? "").isEmpty && environment["TERM"] != "dumb"

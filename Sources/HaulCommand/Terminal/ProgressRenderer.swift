@@ -22,6 +22,14 @@ struct ProgressRenderer {
     var width: Int
     /// The most transfer lines shown; the rest are counted on one line.
     var maximumTransferLines: Int = 8
+
+    /// The most transfer lines a terminal of `rows` rows (when it says) shows: 8, and fewer on a short terminal, so that
+    /// the display (those lines, the one that counts the rest, the total, and the line the cursor waits on) is never
+    /// taller than the window. Taller, its top scrolled away and could not be redrawn: each frame left lines behind.
+    static func transferLines(forRows rows: Int?) -> Int {
+        guard let rows else { return 8 }
+        return max(0, min(8, rows - 3))
+    }
     /// Whether to use colour (a terminal, and `NO_COLOR` unset).
     var colors: Bool = false
 
