@@ -140,20 +140,14 @@ int haul_reserve_space(int fd, long long offset, long long length) {
 #endif
 }
 
-int haul_terminal_width(int fd) {
+int haul_terminal_size(int fd, int *columns, int *rows) {
     struct winsize size;
     if (!isatty(fd) || ioctl(fd, TIOCGWINSZ, &size) != 0) {
-        return 0;
+        return -1;
     }
-    return size.ws_col;
-}
-
-int haul_terminal_height(int fd) {
-    struct winsize size;
-    if (!isatty(fd) || ioctl(fd, TIOCGWINSZ, &size) != 0) {
-        return 0;
-    }
-    return size.ws_row;
+    *columns = size.ws_col;
+    *rows = size.ws_row;
+    return 0;
 }
 
 int haul_sqlite_keep_wal_on_close(struct sqlite3 *db) {

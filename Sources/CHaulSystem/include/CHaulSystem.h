@@ -41,12 +41,9 @@ int haul_reserve_descriptors(int count);
 /// errno set (ENOSPC or EDQUOT when there is not room enough, EOPNOTSUPP when the file system cannot reserve).
 int haul_reserve_space(int fd, long long offset, long long length);
 
-/// The width in columns of the terminal on `fd`, or 0 when it is not a terminal (ioctl is variadic, which Swift
-/// cannot call).
-int haul_terminal_width(int fd);
-
-/// The height in rows of the terminal on `fd`, or 0 when it is not a terminal or does not say.
-int haul_terminal_height(int fd);
+/// The size of the terminal on `fd`: its width in columns in `columns` and its height in rows in `rows` (0 when it
+/// does not say). Returns 0, or -1 when `fd` is not a terminal (ioctl is variadic, which Swift cannot call).
+int haul_terminal_size(int fd, int *columns, int *rows);
 
 struct sqlite3;
 

@@ -17,7 +17,7 @@ enum ConnectionFailure {
     ///
     /// `url`, when given, names the server in a failure to connect that does not name it itself.
     static func message(for error: any Error, receivedBody: Bool, url: URL? = nil) -> String {
-        let server = url.flatMap { url in url.host.map { Self.authority($0, url.port ?? Self.defaultPort(url)) } }
+        let server = url.flatMap(Self.server(of:))
         let prefix = receivedBody ? "The connection was lost" : "Could not connect\(server.map { " to \($0)" } ?? "")"
         if let error = error as? NIOConnectionError {
             if let lookup = error.dnsAError ?? error.dnsAAAAError {
@@ -42,7 +42,7 @@ enum ConnectionFailure {
     /// The message for one of the client's timeouts: what was being waited for, rather than the error's name
     /// (`Timed out (HTTPClientError.readTimeout)`).
     static func timeoutMessage(for error: HTTPClientError, receivedBody: Bool, url: URL) -> String {
-        let server = url.host.map { Self.authority($0, url.port ?? Self.defaultPort(url)) } ?? url.absoluteString
+        let server = Self.server(of: url) ?? url.absoluteString
         switch error {
         case .connectTimeout: return "Timed out connecting to \(server)"
         case .tlsHandshakeTimeout: return "Timed out in the TLS handshake with \(server)"
@@ -61,8 +61,9 @@ enum ConnectionFailure {
         host.contains(":") && !host.hasPrefix("[") ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 
-    private static func defaultPort(_ url: URL) -> Int {
-        url.scheme?.lowercased() == "https" ? 443 : 80
+    /// The server a URL names, `host:port` with the scheme's default port filled in; `nil` without a host.
+    private static func server(of url: URL) -> String? {
+        url.host.map { Self.authority($0, url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)) }
     }
 
     /// The reason one error gives: the system's text for an `errno`, a name's resolution failure, or the error's
@@ -83,7 +84,7 @@ enum ConnectionFailure {
     /// or `nil` when `error` is not SwiftNIO SSL's.
     static func tlsFailure(_ error: any Error, url: URL) -> String? {
         guard error is NIOSSLError || error is NIOSSLExtraError else { return nil }
-        let server = url.host.map { Self.authority($0, url.port ?? Self.defaultPort(url)) } ?? url.absoluteString
+        let server = Self.server(of: url) ?? url.absoluteString
         let description = "\(error)"
         return "TLS handshake with \(server) failed: \(Self.tlsReason(in: description) ?? description)"
     }

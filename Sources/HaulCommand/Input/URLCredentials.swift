@@ -14,8 +14,7 @@ enum URLCredentials {
         // Read from what the URL's parse found (a URL's text is made anew each time it is asked for: 2,000
         // instructions a URL); most have no user.
         guard url.user(percentEncoded: true) != nil || url.password(percentEncoded: true) != nil,
-            var components = URLComponents(url: url, resolvingAgainstBaseURL: false),
-            components.user != nil || components.password != nil
+            var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
         else { return (url, nil) }
         let credentials = "\(components.user ?? ""):\(components.password ?? "")"
         components.user = nil

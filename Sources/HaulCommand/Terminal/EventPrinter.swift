@@ -18,11 +18,11 @@ enum EventPrinter {
     @discardableResult
     static func print(_ events: AsyncStream<BatchEvent>, mode: EventRenderer.Mode) async -> Int64 {
         var transferred = TransferredBytes()
-        if case .plain = mode, let width = TerminalInfo.width() {
+        if case .plain = mode, let (width, height) = TerminalInfo.size() {
             let colors = TerminalInfo.allowsColor(environment: ProcessInfo.processInfo.environment)
             let renderer = ProgressRenderer(
                 width: width,
-                maximumTransferLines: ProgressRenderer.transferLines(forRows: TerminalInfo.height()),
+                maximumTransferLines: ProgressRenderer.transferLines(forRows: height),
                 colors: colors
             )
             var display = LiveDisplay(renderer: renderer, started: .now)

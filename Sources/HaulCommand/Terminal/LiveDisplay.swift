@@ -107,15 +107,15 @@ struct LiveDisplay {
 /// What the terminal on standard output is, if it is one.
 enum TerminalInfo {
     /// Its width, or `nil` when standard output is not a terminal.
-    static func width() -> Int? {
-        let width = Int(haul_terminal_width(STDOUT_FILENO))
-        return width > 0 ? width : nil
-    }
+    static func width() -> Int? { Self.size()?.width }
 
-    /// The terminal's height in rows, when it says.
-    static func height() -> Int? {
-        let height = Int(haul_terminal_height(STDOUT_FILENO))
-        return height > 0 ? height : nil
+    /// The terminal's width in columns and its height in rows (`nil` when it does not say), when standard output is
+    /// one with a width.
+    static func size() -> (width: Int, height: Int?)? {
+        var columns: Int32 = 0
+        var rows: Int32 = 0
+        guard haul_terminal_size(STDOUT_FILENO, &columns, &rows) == 0, columns > 0 else { return nil }
+        return (Int(columns), rows > 0 ? Int(rows) : nil)
     }
 
     /// Whether colours may be used: on a terminal, and `NO_COLOR` unset or empty (https://no-color.org).
