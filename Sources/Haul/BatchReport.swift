@@ -151,18 +151,20 @@ public struct BatchReport: Sendable {
         public var failed = 0
         public var cancelled = 0
         public var skipped = 0
-        /// The sum of the completed files' sizes.
+        /// The sum of the completed files' sizes, each file once: a URL listed twice in a batch is one transfer, and
+        /// two completed items, but its bytes were fetched and stored once.
         public var completedBytes: Int64 = 0
     }
 
     /// The counts by result, in one pass over the items (``completed`` and the others each build an array).
     public var tally: Tally {
         var tally = Tally()
+        var counted = Set<TransferID>(minimumCapacity: self.items.count)
         for item in self.items {
             switch item.result {
             case .completed(let file):
                 tally.completed += 1
-                tally.completedBytes += file.byteCount
+                if counted.insert(item.id).inserted { tally.completedBytes += file.byteCount }
             case .failed: tally.failed += 1
             case .cancelled: tally.cancelled += 1
             case .skipped: tally.skipped += 1

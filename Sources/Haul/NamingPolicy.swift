@@ -18,7 +18,7 @@ public struct NamingPolicy: Sendable {
     /// The last path component of the URL, percent-decoded (the default, as curl `-O` and wget do).
     public static let urlPath = NamingPolicy(base: .urlPath)
     /// The server's `Content-Disposition` file name when it sends one, else the URL's (curl `-J`, wget
-    /// `--content-disposition`).
+    /// `--content-disposition`): the name at the end of what it offers (`../../etc/passwd` is `passwd`), sanitised.
     public static let contentDisposition = NamingPolicy(base: .contentDisposition)
     /// A UUID, a dash, and the URL's name (BHMultipleDownload), so names never collide.
     public static let uuidPrefix = NamingPolicy(base: .uuidPrefix)

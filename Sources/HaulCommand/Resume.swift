@@ -84,6 +84,9 @@ struct Resume: AsyncParsableCommand {
                     + "run the command that started it again to fetch the rest"
             )
         }
+        if interrupted, !self.options.quiet, let line = Summary.interruptionLine(for: merged, keepsState: true) {
+            Get.printError(line)
+        }
         if interrupted { throw ExitCode(130) }
         if !merged.isSuccess || !partial.isEmpty { throw ExitCode(1) }
     }

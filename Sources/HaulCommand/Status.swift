@@ -102,7 +102,8 @@ enum StatusRendering {
     /// A batch's line: its state, its transfers by state, its bytes on disk.
     static func header(of batch: StoredBatch) -> String {
         let states = self.order.compactMap { state in batch.transferCounts[state].map { "\($0) \(state)" } }
-        return "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(batch.transferCount) files: "
+        return
+            "batch \(batch.id)  \(batch.isFinished ? "finished  " : "unfinished")  \(Formatting.count(batch.transferCount, "file")): "
             + states.joined(separator: ", ") + "; \(Formatting.bytes(batch.bytesOnDisk)) on disk"
             + (batch.isListComplete ? "" : "; list not read to its end")
     }

@@ -144,6 +144,11 @@ enum BatchRunner {
             json: options.json,
             quiet: options.quiet
         )
+        if interrupted, !options.quiet,
+            let line = Summary.interruptionLine(for: report, keepsState: configuration.store != nil)
+        {
+            Get.printError(line)
+        }
         if interrupted { throw ExitCode(130) }
         if !report.isSuccess { throw ExitCode(1) }
     }

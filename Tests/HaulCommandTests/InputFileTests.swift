@@ -46,6 +46,8 @@ struct InputFileTests {
         ("http://h/a\n  out", 2, "expected key=value"),
         ("http://h/a\n  color=red", 2, "unknown option"),
         ("http://h/a\n  out=../x", 2, "out= takes a file name"),
+        ("http://h/a\n  dir=../x", 2, "dir= relative to -d cannot contain .."),
+        ("http://h/a\n  dir=sub/../../up", 2, "dir= relative to -d cannot contain .."),
         ("http://h/a\n  checksum=sha-256=zz", 2, "checksum= takes"),
         ("http://h/a\n  header=NoColon", 2, "header= takes"),
         ("http://h/a\n\nftp://h/b", 3, "only http and https"),
@@ -58,6 +60,11 @@ struct InputFileTests {
             guard let error = error as? InputFileError else { return false }
             return error.lineNumber == line && error.message.contains(message)
         }
+    }
+
+    @Test func aDirectoryStaysUnderTheFolderUnlessItIsNamedByItsAbsolutePath() throws {
+        let items = try self.parse("http://h/a\n  dir=2024/./summer\nhttp://h/b\n  dir=/srv/elsewhere")
+        #expect(items.map(\.directory) == ["2024/./summer", "/srv/elsewhere"])
     }
 
     @Test(arguments: [
@@ -289,6 +296,12 @@ struct RenderingTests {
         #expect(Formatting.duration(.seconds(7620)) == "2h07m")
     }
 
+    @Test func countsOneFileInTheSingular() {
+        #expect(Formatting.count(0, "file") == "0 files")
+        #expect(Formatting.count(1, "file") == "1 file")
+        #expect(Formatting.count(2, "file") == "2 files")
+    }
+
     @Test func writesAProgressLineWithCountsBytesSpeedAndTimeLeft() {
         let progress = BatchProgress(
             totalFiles: 200,
@@ -360,16 +373,45 @@ struct RenderingTests {
         )
         #expect(
             Summary.lines(for: report, elapsed: .seconds(2), transferredBytes: 1024 * mib).first
-                == "1 files: 1 completed, 0 failed; 1.00 GiB in 2.0s (512 MiB/s)"
+                == "1 file: 1 completed, 0 failed; 1.00 GiB in 2.0s (512 MiB/s)"
         )
         #expect(
             Summary.lines(for: report, elapsed: .seconds(2), transferredBytes: 624 * mib).first
-                == "1 files: 1 completed, 0 failed; 1.00 GiB (400 MiB of it from earlier runs) in 2.0s (312 MiB/s)"
+                == "1 file: 1 completed, 0 failed; 1.00 GiB (400 MiB of it from earlier runs) in 2.0s (312 MiB/s)"
         )
         #expect(
             Summary.lines(for: report, elapsed: .seconds(2), transferredBytes: 0).first
-                == "1 files: 1 completed, 0 failed; 1.00 GiB (all of it from earlier runs) in 2.0s"
+                == "1 file: 1 completed, 0 failed; 1.00 GiB (all of it from earlier runs) in 2.0s"
         )
+    }
+
+    @Test func aURLListedTwiceIsOneFilesBytesAndNoneOfThemFromEarlierRuns() {
+        let file = CompletedFile(path: URL(filePath: "/tmp/a.bin"), byteCount: 18, sha256: nil)
+        let item = BatchReport.Item(id: "a", url: URL(string: "http://h/a")!, result: .completed(file))
+        let report = BatchReport(batchID: BatchID(1), items: [item, item])
+        #expect(report.tally.completed == 2)
+        #expect(report.tally.completedBytes == 18)
+        #expect(
+            Summary.lines(for: report, elapsed: .seconds(1), transferredBytes: 18).first
+                == "2 files: 2 completed, 0 failed; 18 B in 1.0s (18 B/s)"
+        )
+    }
+
+    @Test func anInterruptedRunSaysWhatItLeftAndHowToGoOn() {
+        let file = CompletedFile(path: URL(filePath: "/tmp/a.bin"), byteCount: 18, sha256: nil)
+        let done = BatchReport.Item(id: "a", url: URL(string: "http://h/a")!, result: .completed(file))
+        let left = BatchReport.Item(id: "b", url: URL(string: "http://h/b")!, result: .cancelled)
+        let report = BatchReport(batchID: BatchID(1), items: [done, left])
+        #expect(
+            Summary.interruptionLine(for: report, keepsState: true)
+                == "haul: interrupted with 1 file unfinished; run the same command again to continue "
+                + "(the partial files and the state are kept)"
+        )
+        #expect(
+            Summary.interruptionLine(for: report, keepsState: false)
+                == "haul: interrupted with 1 file unfinished (not kept: --no-state)"
+        )
+        #expect(Summary.interruptionLine(for: BatchReport(batchID: BatchID(1), items: [done]), keepsState: true) == nil)
     }
 
     @Test func transferredBytesAreEachCompletedFileLessWhatWasThereAtItsFirstStartInTheRun() {

@@ -57,7 +57,7 @@ struct NamingTests {
                 into: folder
             )
             #expect(report.completed.count == 4)
-            #expect(names(in: folder) == ["4", "___.._evil.sh", "_etc_passwd", "naïve.txt"])
+            #expect(names(in: folder) == ["4", "evil.sh", "naïve.txt", "passwd"])
             #expect(
                 !FileManager.default.fileExists(
                     atPath: folder.deletingLastPathComponent().appending(path: "evil.sh").path

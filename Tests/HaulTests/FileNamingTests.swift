@@ -102,6 +102,17 @@ struct ContentDispositionTests {
     }
 
     @Test(arguments: [
+        ("../../etc/passwd", "passwd"),
+        ("a/b\\c.txt", "c.txt"),
+        ("C:\\Users\\me\\report.pdf", "report.pdf"),
+        ("plain.txt", "plain.txt"),
+        ("folder/", ""),
+    ])
+    func keepsOnlyTheNameAtTheEndOfAnOfferedPath(offered: String, expected: String) {
+        #expect(ContentDisposition.lastComponent(of: offered) == expected)
+    }
+
+    @Test(arguments: [
         "attachment",
         "attachment; filename=\"unterminated",
         "attachment; size=3",

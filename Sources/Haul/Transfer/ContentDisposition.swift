@@ -14,6 +14,14 @@ enum ContentDisposition {
         return parameters["filename"]
     }
 
+    /// The part of an offered name after its last `/` or `\\`: a server's folders are not followed, and the name at
+    /// the end is what curl's `-J` and wget's `--content-disposition` keep (`../../etc/passwd` is `passwd`, where
+    /// sanitising the whole text gave `___.._etc_passwd`). Empty when the name ends with a separator.
+    static func lastComponent(of name: String) -> String {
+        guard let cut = name.lastIndex(where: { $0 == "/" || $0 == "\\" }) else { return name }
+        return String(name[name.index(after: cut)...])
+    }
+
     /// The parameters after the disposition type, names lower-cased, quoted strings unquoted.
     static func parameters(of header: String) -> [String: String]? {
         var parameters: [String: String] = [:]

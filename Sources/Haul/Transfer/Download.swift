@@ -544,7 +544,7 @@ extension Download {
         if plan.usesContentDisposition,
             let header = head.headers.first(name: "content-disposition"),
             let offered = ContentDisposition.fileName(in: header),
-            let name = FileNaming.sanitizedName(offered)
+            let name = FileNaming.sanitizedName(ContentDisposition.lastComponent(of: offered))
         {
             plan.nameComponents[plan.nameComponents.count - 1] = name
             if let outcome = self.existingFileOutcome(plan.nameComponents, plan) { return .outcome(outcome) }

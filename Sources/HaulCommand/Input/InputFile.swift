@@ -8,7 +8,7 @@ struct InputItem: Equatable, Sendable {
     var lineNumber: Int
     /// `out=NAME`: the file name in the destination folder.
     var outputName: String?
-    /// `dir=DIR`: the destination folder, relative to `-d` unless absolute.
+    /// `dir=DIR`: the destination folder, relative to `-d` (without `..`) unless absolute.
     var directory: String?
     /// `checksum=ALGO=HEX`.
     var checksum: Checksum?
@@ -99,6 +99,14 @@ struct InputFileParser {
             self.current!.outputName = value
         case "dir":
             guard !value.isEmpty else { throw InputFileError(lineNumber: self.lineNumber, message: "dir= is empty") }
+            // A folder under -d stays under it: a generated list's `dir=../..` would write anywhere. Another folder
+            // is named by its absolute path, as the user's own choice.
+            guard value.hasPrefix("/") || !value.split(separator: "/").contains("..") else {
+                throw InputFileError(
+                    lineNumber: self.lineNumber,
+                    message: "dir= relative to -d cannot contain .. (name another folder by its absolute path)"
+                )
+            }
             self.current!.directory = value
         case "checksum":
             guard let checksum = Checksum(parsing: value) else {

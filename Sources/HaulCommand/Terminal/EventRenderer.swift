@@ -128,7 +128,8 @@ enum Summary {
         if tally.skipped > 0 { counts.append("\(tally.skipped) skipped") }
         counts.append("\(tally.failed) failed")
         if tally.cancelled > 0 { counts.append("\(tally.cancelled) cancelled") }
-        var totals = "\(report.items.count) files: \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes))"
+        var totals =
+            "\(Formatting.count(report.items.count, "file")): \(counts.joined(separator: ", ")); \(Formatting.bytes(bytes))"
         let earlier = bytes - transferred
         if earlier > 0 && transferred == 0 {
             // Nothing moved: no speed to give.
@@ -138,6 +139,18 @@ enum Summary {
             totals += " in \(Formatting.duration(elapsed)) (\(Formatting.speed(Double(transferred) / seconds)))"
         }
         return [totals] + self.failureLines(for: report)
+    }
+
+    /// What an interrupted run (Ctrl-C, SIGTERM) left, and how to go on: its unfinished items are reported as
+    /// cancelled, but with the state database their partial files and records are kept for the next run, which
+    /// continues them (and reads the rest of a list the interruption cut short). `nil` when nothing was left.
+    static func interruptionLine(for report: BatchReport, keepsState: Bool) -> String? {
+        let unfinished = report.tally.cancelled
+        guard unfinished > 0 else { return nil }
+        let left = "haul: interrupted with \(Formatting.count(unfinished, "file")) unfinished"
+        return keepsState
+            ? left + "; run the same command again to continue (the partial files and the state are kept)"
+            : left + " (not kept: --no-state)"
     }
 
     /// A line for each failed item, in the report's order.

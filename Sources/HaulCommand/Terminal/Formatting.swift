@@ -37,6 +37,11 @@ enum Formatting {
         return "\(whole).\(padding)\(fraction)"
     }
 
+    /// `1 file`, `2 files`: a count and its noun (`noun` in the singular, its plural with an `s`).
+    static func count(_ count: Int, _ noun: String) -> String {
+        count == 1 ? "1 \(noun)" : "\(count) \(noun)s"
+    }
+
     /// `3.2 MiB/s`.
     static func speed(_ bytesPerSecond: Double) -> String {
         self.bytes(Int64(max(0, bytesPerSecond))) + "/s"
