@@ -72,6 +72,11 @@ extension TransferManager {
         /// date. Default `true`. Turned off (curl's `--insecure`), anyone between Haul and the server can read and
         /// change the files: for test servers only.
         public var verifiesCertificates: Bool = true
+        /// The HTTP proxies requests go through, and the hosts reached directly. Default: none, every request goes
+        /// directly (the library reads no environment; ``ProxySettings/init(environment:)`` reads what curl reads,
+        /// as the `haul` command does). Plain-http downloads send the whole URL to the proxy; https requests, and
+        /// plain-http uploads and deletions, go through a `CONNECT` tunnel.
+        public var proxies = ProxySettings()
         /// Where batches and transfers are recorded, so that they survive the process; `nil` records nothing.
         /// With a store, a manager's scope that ends stops its transfers and keeps their partial files, and a
         /// request for a transfer the store knows resumes its partial file, or is not fetched at all if its file

@@ -38,9 +38,9 @@ public final class TransferManager: Sendable {
     /// Fired when the scope ends, so the progress ticker stops at once instead of finishing its interval.
     private let tickerStop = StopSignal()
 
-    private init(configuration: Configuration, client: HTTPClient) {
+    private init(configuration: Configuration, client: HTTPClient, proxiedClients: [Proxy: HTTPClient]) {
         self.configuration = configuration
-        self.transport = HTTPTransport(client: client, configuration: configuration)
+        self.transport = HTTPTransport(client: client, proxiedClients: proxiedClients, configuration: configuration)
         self.scopePriority = Task.currentPriority
         self.scopeContext = ServiceContext.current
         let (deliveries, deliveryContinuation) = AsyncStream<ObserverMailbox>.makeStream()
@@ -73,8 +73,8 @@ public final class TransferManager: Sendable {
         guard configuration.maximumConcurrentTransfers > 0, configuration.maximumTransfersPerHost > 0 else {
             throw HaulError(.invalidRequest, "The concurrency limits must be at least 1")
         }
-        let client = try HTTPTransport.makeClient(configuration)
-        let manager = TransferManager(configuration: configuration, client: client)
+        let (client, proxiedClients) = try HTTPTransport.makeClients(configuration)
+        let manager = TransferManager(configuration: configuration, client: client, proxiedClients: proxiedClients)
         let result: Swift.Result<Result, any Error>
         do {
             result = try await withThrowingTaskGroup(of: Void.self, returning: Swift.Result<Result, any Error>.self) {

@@ -35,7 +35,7 @@ struct Put: AsyncParsableCommand {
 
     func validate() throws {
         guard !self.files.isEmpty else { throw ValidationError("Give at least one file to upload.") }
-        guard let base = URL(string: self.to), let scheme = base.scheme?.lowercased(),
+        guard let base = InputFileParser.parse(self.to), let scheme = base.scheme?.lowercased(),
             scheme == "http" || scheme == "https", base.host?.isEmpty == false
         else {
             throw ValidationError("--to takes an http or https URL, got '\(self.to)'.")
@@ -66,7 +66,10 @@ struct Put: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let (base, headers) = URLCredentials.apply(to: URL(string: self.to)!, headers: self.options.parsedHeaders)
+        let (base, headers) = URLCredentials.apply(
+            to: InputFileParser.parse(self.to)!,
+            headers: self.options.parsedHeaders
+        )
         let method: TransferRequest.UploadMethod =
             self.method.uppercased() == "POST" ? .multipart(field: self.field ?? "file") : .put
         let requests = self.files.map { file in

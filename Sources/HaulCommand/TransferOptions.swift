@@ -41,6 +41,24 @@ struct TransferOptions: ParsableArguments {
     )
     var insecure = false
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "An HTTP proxy for every request, http://[user:password@]host[:port] (port 1080 when none is given; "
+                + "default: the http_proxy, https_proxy and all_proxy variables, as curl reads them)."
+        )
+    )
+    var proxy: String?
+
+    @Option(
+        name: .customLong("no-proxy"),
+        help: ArgumentHelp(
+            "Hosts reached without the proxy, comma-separated: example.com (and the hosts under it), an address, or "
+                + "* for every host (default: the no_proxy variable)."
+        )
+    )
+    var noProxy: String?
+
     @Flag(name: .long, help: "Print one JSON event per line on standard output (human messages go to standard error).")
     var json = false
 
@@ -65,6 +83,11 @@ struct TransferOptions: ParsableArguments {
             throw ValidationError("-H/--header takes 'Name: value', got '\(header)'.")
         }
         if self.json && self.quiet { throw ValidationError("--json and --quiet cannot be used together.") }
+        do {
+            _ = try self.proxySettings()
+        } catch {
+            throw ValidationError(self.proxy == nil ? "\(error.message)." : "--proxy: \(error.message).")
+        }
         for path in self.caCertificates {
             // Read here so that a wrong path is bad usage, before anything starts; the manager parses them.
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
@@ -74,6 +97,23 @@ struct TransferOptions: ParsableArguments {
                 throw ValidationError("--ca-certificate: \(path) holds no PEM certificate.")
             }
         }
+    }
+
+    /// The proxies: `--proxy` for every request, else the environment's (``ProxySettings/init(environment:)``), with
+    /// `--no-proxy`'s hosts, else the environment's, reached directly.
+    func proxySettings() throws(HaulError) -> ProxySettings {
+        // The few variables asked for by name: the whole environment as a dictionary is built for nothing else.
+        var environment: [String: String] = [:]
+        for name in ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"] {
+            if let value = getenv(name) { environment[name] = String(cString: value) }
+        }
+        var settings =
+            if let proxy = self.proxy { ProxySettings(all: try Proxy(parsing: proxy)) } else {
+                try ProxySettings(environment: environment)
+            }
+        if self.proxy != nil { settings.bypass = try ProxySettings(environment: environment).bypass }
+        if let noProxy = self.noProxy { settings.bypass = ProxySettings.hosts(in: noProxy) }
+        return settings
     }
 
     var parsedHeaders: [(name: String, value: String)] {
@@ -92,6 +132,8 @@ struct TransferOptions: ParsableArguments {
         configuration.maximumTransfersPerHost = self.maxPerHost ?? self.maxConcurrent
         configuration.retryPolicy.maximumAttempts = self.retries + 1
         configuration.bandwidthLimit = self.limitRate.flatMap(Rate.parse)
+        // Checked in `validate()`.
+        configuration.proxies = (try? self.proxySettings()) ?? ProxySettings()
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
         configuration.additionalTrustedCertificates = self.caCertificates.map { URL(filePath: $0) }
         configuration.verifiesCertificates = !self.insecure

@@ -72,16 +72,25 @@ struct HaulProcess {
         var stderr: String
     }
 
-    /// A process running `haul` with a private state folder (`XDG_STATE_HOME`), so tests never touch the real one.
-    static func makeProcess(_ arguments: [String], stateHome: URL? = nil) -> Process {
+    /// A process running `haul` with a private state folder (`XDG_STATE_HOME`), so tests never touch the real one,
+    /// and none of the machine's proxy variables (the test servers are on loopback); `extra` adds variables.
+    static func makeProcess(
+        _ arguments: [String],
+        stateHome: URL? = nil,
+        environment extra: [String: String] = [:]
+    ) -> Process {
         let process = Process()
         process.executableURL = self.executable
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
+        for name in ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"] {
+            environment[name] = nil
+        }
         environment["XDG_STATE_HOME"] =
             (stateHome ?? FileManager.default.temporaryDirectory.appending(path: "haul-state-\(UUID().uuidString)"))
             .path
         environment["NO_COLOR"] = "1"
+        environment.merge(extra) { $1 }
         process.environment = environment
         return process
     }
@@ -90,8 +99,13 @@ struct HaulProcess {
     /// what it printed instead of holding the whole test run.
     static let watchdog: Duration = .seconds(100)
 
-    static func run(_ arguments: [String], stdin: String? = nil, stateHome: URL? = nil) async throws -> Output {
-        let process = self.makeProcess(arguments, stateHome: stateHome)
+    static func run(
+        _ arguments: [String],
+        stdin: String? = nil,
+        stateHome: URL? = nil,
+        environment: [String: String] = [:]
+    ) async throws -> Output {
+        let process = self.makeProcess(arguments, stateHome: stateHome, environment: environment)
         let out = Pipe()
         let err = Pipe()
         process.standardOutput = out
@@ -123,6 +137,40 @@ struct EndToEndTests {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: url) }
         return try await body(url)
+    }
+
+    @Test func goesThroughTheProxyTheEnvironmentNamesUnlessToldOtherwise() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+            try await ForwardProxy.withProxy { proxy in
+                try await self.withFolder { folder in
+                    let url = server.url("/a.bin").absoluteString
+                    let viaVariable = try await HaulProcess.run(
+                        ["get", url, "-d", folder.appending(path: "one").path, "--no-state"],
+                        environment: ["http_proxy": proxy.url()]
+                    )
+                    #expect(viaVariable.status == 0, "\(viaVariable.stderr)")
+                    #expect(try Data(contentsOf: folder.appending(path: "one/a.bin")) == Data(Self.body))
+                    #expect(proxy.requests.map(\.target) == [url])
+                    let bypassing = try await HaulProcess.run(
+                        [
+                            "get", url, "-d", folder.appending(path: "two").path, "--no-state", "--no-proxy",
+                            "127.0.0.1",
+                        ],
+                        environment: ["http_proxy": proxy.url()]
+                    )
+                    #expect(bypassing.status == 0, "\(bypassing.stderr)")
+                    #expect(proxy.requests.count == 1, "reached directly")
+                    let viaOption = try await HaulProcess.run(
+                        ["get", url, "-d", folder.appending(path: "three").path, "--no-state", "--proxy", proxy.url()]
+                    )
+                    #expect(viaOption.status == 0, "\(viaOption.stderr)")
+                    #expect(proxy.requests.count == 2)
+                    let bad = try await HaulProcess.run(["get", url, "--no-state", "--proxy", "socks5://h:1"])
+                    #expect(bad.status == 64)
+                    #expect(bad.stderr.contains("--proxy: Only http:// proxies are supported"), "\(bad.stderr)")
+                }
+            }
+        }
     }
 
     @Test func exitsZeroWhenEveryFileCompletesAndWritesThemByteForByte() async throws {

@@ -30,6 +30,20 @@ struct PutAndRemoveEndToEndTests {
         }
     }
 
+    @Test func putTakesABaseURLWrittenWithSpacesAsAPersonWritesIt() async throws {
+        try await FaultInjectingServer.withServer { server in
+            try await self.withFolder { folder in
+                try Data([4, 2]).write(to: folder.appending(path: "n.bin"))
+                let output = try await HaulProcess.run([
+                    "put", folder.appending(path: "n.bin").path, "--to", "http://127.0.0.1:\(server.port)/my dav/",
+                    "--no-state",
+                ])
+                #expect(output.status == 0, "\(output.stderr)")
+                #expect(server.uploads["/my%20dav/n.bin"]?.body == [4, 2])
+            }
+        }
+    }
+
     @Test func putWithPostSendsAMultipartFieldAndNamesEveryFailedFileInJSON() async throws {
         try await FaultInjectingServer.withServer { server in
             try await self.withFolder { folder in

@@ -62,7 +62,7 @@ enum ConnectionFailure {
     }
 
     /// The server a URL names, `host:port` with the scheme's default port filled in; `nil` without a host.
-    private static func server(of url: URL) -> String? {
+    static func server(of url: URL) -> String? {
         url.host.map { Self.authority($0, url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)) }
     }
 

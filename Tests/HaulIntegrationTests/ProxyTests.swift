@@ -1,0 +1,159 @@
+import Foundation
+import Haul
+import HaulTesting
+import Testing
+
+/// Requests through an HTTP proxy (``ForwardProxy``): plain-http downloads on Haul's own connections, with the whole
+/// URL as their target; https through a `CONNECT` tunnel that AsyncHTTPClient opens.
+@Suite("Going through a proxy", .timeLimit(.minutes(2)))
+struct ProxyTests {
+    static let body = FaultInjectingServer.body(size: 150_000, seed: 47)
+    static let resources: [String: FaultInjectingServer.Resource] = [
+        "/a.bin": .init(body: Self.body), "/b.bin": .init(body: Self.body), "/c.bin": .init(body: Self.body),
+    ]
+
+    func download(
+        _ urls: [URL],
+        proxies: ProxySettings,
+        into folder: URL,
+        adjusting adjust: (inout TransferManager.Configuration) throws -> Void = { _ in }
+    ) async throws -> BatchReport {
+        var configuration = TransferManager.Configuration.testing(concurrent: 2)
+        configuration.proxies = proxies
+        try adjust(&configuration)
+        return try await TransferManager.withTransferManager(configuration: configuration) { manager in
+            try await manager.download(urls, into: folder)
+        }
+    }
+
+    @Test func plainHTTPAsksTheProxyForTheWholeURLWithItsCredentials() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources) { server in
+            try await ForwardProxy.withProxy(credentials: ("ann", "s3cret:!")) { proxy in
+                try await withTemporaryDirectory { folder in
+                    let urls = ["/a.bin", "/b.bin", "/c.bin"].map { server.url($0) }
+                    let settings = ProxySettings(
+                        all: try Proxy(parsing: proxy.url(user: "ann", password: "s3cret%3A!"))
+                    )
+                    let report = try await self.download(urls, proxies: settings, into: folder)
+                    #expect(report.completed.count == 3, "\(report.failed.map(\.error.message))")
+                    for name in ["a.bin", "b.bin", "c.bin"] {
+                        let arrived = contents(of: folder.appending(path: name)) == Self.body
+                        #expect(arrived, "\(name)")
+                    }
+                    let asked = proxy.requests
+                    #expect(Set(asked.map(\.target)) == Set(urls.map(\.absoluteString)))
+                    #expect(asked.allSatisfy { $0.method == "GET" })
+                    let expected = "Basic " + Data("ann:s3cret:!".utf8).base64EncodedString()
+                    #expect(asked.allSatisfy { $0.headers["proxy-authorization"] == expected })
+                    #expect(asked.allSatisfy { $0.headers["host"] == "127.0.0.1:\(server.port)" })
+                    #expect(server.requests.count == 3)
+                    #expect(server.requests.allSatisfy { $0.headers["proxy-authorization"] == nil })
+                }
+            }
+        }
+    }
+
+    @Test func httpsGoesThroughATunnelTheProxyOpens() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources, tls: true) { server in
+            try await ForwardProxy.withProxy { proxy in
+                try await withTemporaryDirectory { folder in
+                    let authority = folder.appending(path: "authority.pem")
+                    try Data(TestCertificates.authority.utf8).write(to: authority)
+                    let out = folder.appending(path: "out")
+                    try FileManager.default.createDirectory(at: out, withIntermediateDirectories: true)
+                    let settings = ProxySettings(https: try Proxy(parsing: proxy.url()))
+                    let report = try await self.download([server.url("/a.bin")], proxies: settings, into: out) {
+                        $0.additionalTrustedCertificates = [authority]
+                    }
+                    #expect(report.completed.count == 1, "\(report.failed.map(\.error.message))")
+                    let arrived = contents(of: out.appending(path: "a.bin")) == Self.body
+                    #expect(arrived)
+                    #expect(proxy.requests.map(\.method) == ["CONNECT"])
+                    #expect(proxy.requests.first?.target == "127.0.0.1:\(server.port)")
+                }
+            }
+        }
+    }
+
+    @Test func uploadsAndDeletionsGoThroughATunnelToo() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources) { server in
+            try await ForwardProxy.withProxy { proxy in
+                try await withTemporaryDirectory { folder in
+                    let file = folder.appending(path: "up.bin")
+                    try Data(Self.body).write(to: file)
+                    var configuration = TransferManager.Configuration.testing()
+                    configuration.proxies = ProxySettings(all: try Proxy(parsing: proxy.url()))
+                    let report = try await TransferManager.withTransferManager(configuration: configuration) {
+                        manager in
+                        try await manager.enqueue([
+                            .upload(file: file, to: server.url("/up.bin")), .delete(server.url("/c.bin")),
+                        ])
+                        .report()
+                    }
+                    #expect(report.isSuccess, "\(report.failed.map(\.error.message))")
+                    let uploaded = server.uploads["/up.bin"]?.body == Self.body
+                    #expect(uploaded)
+                    #expect(proxy.requests.map(\.method) == ["CONNECT", "CONNECT"])
+                    #expect(Set(server.requests.map(\.method)) == ["PUT", "DELETE"])
+                }
+            }
+        }
+    }
+
+    @Test func hostsListedToBypassTheProxyAreReachedDirectly() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources) { server in
+            try await ForwardProxy.withProxy { proxy in
+                try await withTemporaryDirectory { folder in
+                    let settings = ProxySettings(
+                        all: try Proxy(parsing: proxy.url()),
+                        bypass: ["localhost", "127.0.0.1"]
+                    )
+                    let report = try await self.download([server.url("/a.bin")], proxies: settings, into: folder)
+                    #expect(report.completed.count == 1)
+                    #expect(proxy.requests.isEmpty)
+                    #expect(server.requests.count == 1)
+                }
+            }
+        }
+    }
+
+    @Test func aProxyThatWantsCredentialsSaysSoAndIsNotAskedAgain() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources) { server in
+            try await FaultInjectingServer.withServer(resources: Self.resources, tls: true) { secure in
+                try await ForwardProxy.withProxy(credentials: ("ann", "pw")) { proxy in
+                    try await withTemporaryDirectory { folder in
+                        let urls = [server.url("/a.bin"), secure.url("/b.bin")]
+                        let settings = ProxySettings(all: try Proxy(parsing: proxy.url()))
+                        let report = try await self.download(urls, proxies: settings, into: folder) {
+                            $0.verifiesCertificates = false
+                        }
+                        #expect(report.failed.count == 2)
+                        for (item, error) in report.failed {
+                            #expect(error.message.hasPrefix("The proxy asked for credentials (407"), "\(error)")
+                            #expect(item.attempts == 1, "credentials do not appear on a retry")
+                        }
+                        #expect(server.requests.isEmpty && secure.requests.isEmpty)
+                        #expect(names(in: folder).isEmpty)
+                    }
+                }
+            }
+        }
+    }
+
+    @Test func aProxyThatCannotBeReachedIsNamedInTheFailure() async throws {
+        try await FaultInjectingServer.withServer(resources: Self.resources) { server in
+            try await FaultInjectingServer.withRefusingPort { port in
+                try await withTemporaryDirectory { folder in
+                    let settings = ProxySettings(all: Proxy(host: "127.0.0.1", port: port))
+                    let report = try await self.download([server.url("/a.bin")], proxies: settings, into: folder) {
+                        $0.retryPolicy.maximumAttempts = 1
+                    }
+                    let error = try #require(report.failed.first?.error)
+                    #expect(error.code == .connectionFailed)
+                    #expect(error.message.hasPrefix("The proxy 127.0.0.1:\(port): Could not connect"), "\(error)")
+                    #expect(server.requests.isEmpty)
+                }
+            }
+        }
+    }
+}
