@@ -72,6 +72,9 @@ extension TransferManager {
         /// date. Default `true`. Turned off (curl's `--insecure`), anyone between Haul and the server can read and
         /// change the files: for test servers only.
         public var verifiesCertificates: Bool = true
+        /// A user and password per host, sent as `Authorization: Basic` to that host only, on each request and
+        /// redirect that reaches it (``HostCredentials/init(netrc:)`` reads a netrc file). Default: none.
+        public var hostCredentials = HostCredentials()
         /// The HTTP proxies requests go through, and the hosts reached directly. Default: none, every request goes
         /// directly (the library reads no environment; ``ProxySettings/init(environment:)`` reads what curl reads,
         /// as the `haul` command does). Plain-http downloads send the whole URL to the proxy; https requests, and

@@ -41,6 +41,12 @@ struct TransferOptions: ParsableArguments {
     )
     var insecure = false
 
+    @Flag(name: .long, help: "Send the logins of ~/.netrc to their hosts (Authorization: Basic), as curl --netrc.")
+    var netrc = false
+
+    @Option(name: .customLong("netrc-file"), help: "Send the logins of this netrc file to their hosts.")
+    var netrcFile: String?
+
     @Option(
         name: .long,
         help: ArgumentHelp(
@@ -83,6 +89,12 @@ struct TransferOptions: ParsableArguments {
             throw ValidationError("-H/--header takes 'Name: value', got '\(header)'.")
         }
         if self.json && self.quiet { throw ValidationError("--json and --quiet cannot be used together.") }
+        if self.netrc && self.netrcFile != nil { throw ValidationError("--netrc and --netrc-file go one at a time.") }
+        do {
+            _ = try self.hostCredentials()
+        } catch {
+            throw ValidationError("\(error.message).")
+        }
         do {
             _ = try self.proxySettings()
         } catch {
@@ -96,6 +108,26 @@ struct TransferOptions: ParsableArguments {
             guard text.contains("-----BEGIN CERTIFICATE-----") else {
                 throw ValidationError("--ca-certificate: \(path) holds no PEM certificate.")
             }
+        }
+    }
+
+    /// The logins of `--netrc-file`, or of `~/.netrc` with `--netrc`; none without either.
+    func hostCredentials() throws(HaulError) -> HostCredentials {
+        let path: String
+        if let file = self.netrcFile {
+            path = file
+        } else if self.netrc {
+            path = FileManager.default.homeDirectoryForCurrentUser.appending(path: ".netrc").path
+        } else {
+            return HostCredentials()
+        }
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw HaulError(.invalidRequest, "Cannot read the netrc file \(path)")
+        }
+        do {
+            return try HostCredentials(netrc: text)
+        } catch {
+            throw HaulError(.invalidRequest, "\(path): \(error.message)")
         }
     }
 
@@ -132,8 +164,9 @@ struct TransferOptions: ParsableArguments {
         configuration.maximumTransfersPerHost = self.maxPerHost ?? self.maxConcurrent
         configuration.retryPolicy.maximumAttempts = self.retries + 1
         configuration.bandwidthLimit = self.limitRate.flatMap(Rate.parse)
-        // Checked in `validate()`.
+        // Both checked in `validate()`.
         configuration.proxies = (try? self.proxySettings()) ?? ProxySettings()
+        configuration.hostCredentials = (try? self.hostCredentials()) ?? HostCredentials()
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
         configuration.additionalTrustedCertificates = self.caCertificates.map { URL(filePath: $0) }
         configuration.verifiesCertificates = !self.insecure

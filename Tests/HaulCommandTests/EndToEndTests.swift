@@ -173,6 +173,27 @@ struct EndToEndTests {
         }
     }
 
+    @Test func sendsTheLoginsOfANetrcFileToTheirHosts() async throws {
+        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+            try await self.withFolder { folder in
+                let netrc = folder.appending(path: "netrc")
+                try Data("machine 127.0.0.1 login ann password s3cret\n".utf8).write(to: netrc)
+                let url = server.url("/a.bin").absoluteString
+                let output = try await HaulProcess.run([
+                    "get", url, "-d", folder.appending(path: "out").path, "--no-state", "--netrc-file", netrc.path,
+                ])
+                #expect(output.status == 0, "\(output.stderr)")
+                let expected = "Basic " + Data("ann:s3cret".utf8).base64EncodedString()
+                #expect(server.requests.map { $0.headers["authorization"] } == [expected])
+                let missing = try await HaulProcess.run([
+                    "get", url, "--no-state", "--netrc-file", folder.appending(path: "none").path,
+                ])
+                #expect(missing.status == 64)
+                #expect(missing.stderr.contains("Cannot read the netrc file"), "\(missing.stderr)")
+            }
+        }
+    }
+
     @Test func exitsZeroWhenEveryFileCompletesAndWritesThemByteForByte() async throws {
         try await FaultInjectingServer.withServer(resources: [
             "/a.bin": .init(body: Self.body), "/b.bin": .init(body: [1, 2]),

@@ -157,3 +157,47 @@ struct ProxyTests {
         }
     }
 }
+
+@Suite("Sending each host its login", .timeLimit(.minutes(2)))
+struct HostLoginTests {
+    @Test func eachHostGetsItsOwnLoginAcrossARedirectAndARequestsOwnAuthorizationWins() async throws {
+        let body = FaultInjectingServer.body(size: 20_000, seed: 5)
+        try await FaultInjectingServer.withServer(host: "127.0.0.2", resources: ["/b.bin": .init(body: body)]) {
+            second in
+            let resources: [String: FaultInjectingServer.Resource] = [
+                "/a.bin": .init(
+                    body: body,
+                    faults: [.redirect(status: 302, location: second.url("/b.bin").absoluteString)]
+                ),
+                "/own.bin": .init(body: body),
+            ]
+            try await FaultInjectingServer.withServer(resources: resources) { first in
+                try await withTemporaryDirectory { folder in
+                    var configuration = TransferManager.Configuration.testing()
+                    configuration.hostCredentials = try HostCredentials(
+                        netrc: "machine 127.0.0.1 login ann password one\nmachine 127.0.0.2 login bob password two"
+                    )
+                    let report = try await TransferManager.withTransferManager(configuration: configuration) {
+                        manager in
+                        try await manager.enqueue([
+                            TransferRequest(url: first.url("/a.bin"), destination: .folder(folder)),
+                            TransferRequest(
+                                url: first.url("/own.bin"),
+                                destination: .folder(folder),
+                                headers: [("Authorization", "Bearer mine")]
+                            ),
+                        ])
+                        .report()
+                    }
+                    #expect(report.isSuccess, "\(report.failed.map(\.error.message))")
+                    let ann = "Basic " + Data("ann:one".utf8).base64EncodedString()
+                    let bob = "Basic " + Data("bob:two".utf8).base64EncodedString()
+                    let byPath = Dictionary(first.requests.map { ($0.path, $0.headers["authorization"]) }) { a, _ in a }
+                    #expect(byPath["/a.bin"] == ann)
+                    #expect(byPath["/own.bin"] == "Bearer mine")
+                    #expect(second.requests.map { $0.headers["authorization"] } == [bob], "not ann's")
+                }
+            }
+        }
+    }
+}

@@ -17,6 +17,8 @@ struct HTTPTransport: Sendable {
     /// A client for each proxy the client's requests go through (``clientFor(_:)``); empty without proxies.
     let proxiedClients: [Proxy: HTTPClient]
     let proxies: ProxySettings
+    /// The logins sent to their hosts; `nil` without any.
+    let hostCredentials: HostCredentials?
     let pool: ConnectionPool
     let maximumRedirects: Int
     let secretHeaderNames: Set<String>
@@ -31,6 +33,7 @@ struct HTTPTransport: Sendable {
         self.client = client
         self.proxiedClients = proxiedClients
         self.proxies = configuration.proxies
+        self.hostCredentials = configuration.hostCredentials.isEmpty ? nil : configuration.hostCredentials
         self.pool = ConnectionPool(group: client.eventLoopGroup, configuration: configuration)
         self.maximumRedirects = configuration.maximumRedirects
         self.secretHeaderNames = Set(configuration.secretHeaderNames.map { $0.lowercased() })
@@ -266,7 +269,9 @@ struct HTTPTransport: Sendable {
         var visited: Set<String> = []
         var redirects = 0
         while true {
-            let (response, status, fields) = try await exchange(current, headers)
+            // The host's login, added for this hop only: dropped with the other secrets when a redirect leaves.
+            let sent = self.hostCredentials.map { $0.adding(to: headers, for: current) } ?? headers
+            let (response, status, fields) = try await exchange(current, sent)
             // `Location` looked for only in a redirect to follow: the search of every field was about 360
             // instructions a response.
             guard Self.follows(status, after: method), let location = fields.first(name: "location") else {
