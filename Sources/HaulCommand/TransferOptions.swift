@@ -48,6 +48,12 @@ struct TransferOptions: ParsableArguments {
     var netrcFile: String?
 
     @Option(
+        name: [.customShort("b"), .customLong("load-cookies")],
+        help: "Send the cookies of this file (Netscape format, as curl -c and browsers' exporters write it)."
+    )
+    var cookieFile: String?
+
+    @Option(
         name: .long,
         help: ArgumentHelp(
             "An HTTP proxy for every request, http://[user:password@]host[:port] (port 1080 when none is given; "
@@ -92,6 +98,7 @@ struct TransferOptions: ParsableArguments {
         if self.netrc && self.netrcFile != nil { throw ValidationError("--netrc and --netrc-file go one at a time.") }
         do {
             _ = try self.hostCredentials()
+            _ = try self.cookieJar()
         } catch {
             throw ValidationError("\(error.message).")
         }
@@ -131,6 +138,19 @@ struct TransferOptions: ParsableArguments {
         }
     }
 
+    /// The cookies of `--load-cookies`; none without it.
+    func cookieJar() throws(HaulError) -> CookieJar {
+        guard let path = self.cookieFile else { return CookieJar() }
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw HaulError(.invalidRequest, "Cannot read the cookie file \(path)")
+        }
+        do {
+            return try CookieJar(netscape: text)
+        } catch {
+            throw HaulError(.invalidRequest, "\(path): \(error.message)")
+        }
+    }
+
     /// The proxies: `--proxy` for every request, else the environment's (``ProxySettings/init(environment:)``), with
     /// `--no-proxy`'s hosts, else the environment's, reached directly.
     func proxySettings() throws(HaulError) -> ProxySettings {
@@ -164,9 +184,10 @@ struct TransferOptions: ParsableArguments {
         configuration.maximumTransfersPerHost = self.maxPerHost ?? self.maxConcurrent
         configuration.retryPolicy.maximumAttempts = self.retries + 1
         configuration.bandwidthLimit = self.limitRate.flatMap(Rate.parse)
-        // Both checked in `validate()`.
+        // Checked in `validate()`.
         configuration.proxies = (try? self.proxySettings()) ?? ProxySettings()
         configuration.hostCredentials = (try? self.hostCredentials()) ?? HostCredentials()
+        configuration.cookies = (try? self.cookieJar()) ?? CookieJar()
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
         configuration.additionalTrustedCertificates = self.caCertificates.map { URL(filePath: $0) }
         configuration.verifiesCertificates = !self.insecure

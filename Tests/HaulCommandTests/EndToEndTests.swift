@@ -173,7 +173,7 @@ struct EndToEndTests {
         }
     }
 
-    @Test func sendsTheLoginsOfANetrcFileToTheirHosts() async throws {
+    @Test func sendsTheLoginsOfANetrcFileAndTheCookiesOfACookieFile() async throws {
         try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
             try await self.withFolder { folder in
                 let netrc = folder.appending(path: "netrc")
@@ -185,6 +185,13 @@ struct EndToEndTests {
                 #expect(output.status == 0, "\(output.stderr)")
                 let expected = "Basic " + Data("ann:s3cret".utf8).base64EncodedString()
                 #expect(server.requests.map { $0.headers["authorization"] } == [expected])
+                let cookies = folder.appending(path: "cookies.txt")
+                try Data("127.0.0.1\tFALSE\t/\tFALSE\t0\tsession\tabc\n".utf8).write(to: cookies)
+                let withCookies = try await HaulProcess.run([
+                    "get", url, "-d", folder.appending(path: "again").path, "--no-state", "-b", cookies.path,
+                ])
+                #expect(withCookies.status == 0, "\(withCookies.stderr)")
+                #expect(server.requests.last?.headers["cookie"] == "session=abc")
                 let missing = try await HaulProcess.run([
                     "get", url, "--no-state", "--netrc-file", folder.appending(path: "none").path,
                 ])

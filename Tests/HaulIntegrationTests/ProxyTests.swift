@@ -160,7 +160,7 @@ struct ProxyTests {
 
 @Suite("Sending each host its login", .timeLimit(.minutes(2)))
 struct HostLoginTests {
-    @Test func eachHostGetsItsOwnLoginAcrossARedirectAndARequestsOwnAuthorizationWins() async throws {
+    @Test func eachHostGetsItsOwnLoginAndCookiesAcrossARedirectAndARequestsOwnAuthorizationWins() async throws {
         let body = FaultInjectingServer.body(size: 20_000, seed: 5)
         try await FaultInjectingServer.withServer(host: "127.0.0.2", resources: ["/b.bin": .init(body: body)]) {
             second in
@@ -177,6 +177,7 @@ struct HostLoginTests {
                     configuration.hostCredentials = try HostCredentials(
                         netrc: "machine 127.0.0.1 login ann password one\nmachine 127.0.0.2 login bob password two"
                     )
+                    configuration.cookies = CookieJar(cookies: [.init(domain: "127.0.0.2", name: "s", value: "2")])
                     let report = try await TransferManager.withTransferManager(configuration: configuration) {
                         manager in
                         try await manager.enqueue([
@@ -196,6 +197,8 @@ struct HostLoginTests {
                     #expect(byPath["/a.bin"] == ann)
                     #expect(byPath["/own.bin"] == "Bearer mine")
                     #expect(second.requests.map { $0.headers["authorization"] } == [bob], "not ann's")
+                    #expect(first.requests.allSatisfy { $0.headers["cookie"] == nil })
+                    #expect(second.requests.map { $0.headers["cookie"] } == ["s=2"])
                 }
             }
         }

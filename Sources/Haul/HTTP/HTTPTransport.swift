@@ -19,6 +19,8 @@ struct HTTPTransport: Sendable {
     let proxies: ProxySettings
     /// The logins sent to their hosts; `nil` without any.
     let hostCredentials: HostCredentials?
+    /// The cookies sent with the requests they match; `nil` without any.
+    let cookies: CookieJar?
     let pool: ConnectionPool
     let maximumRedirects: Int
     let secretHeaderNames: Set<String>
@@ -34,6 +36,7 @@ struct HTTPTransport: Sendable {
         self.proxiedClients = proxiedClients
         self.proxies = configuration.proxies
         self.hostCredentials = configuration.hostCredentials.isEmpty ? nil : configuration.hostCredentials
+        self.cookies = configuration.cookies.isEmpty ? nil : configuration.cookies
         self.pool = ConnectionPool(group: client.eventLoopGroup, configuration: configuration)
         self.maximumRedirects = configuration.maximumRedirects
         self.secretHeaderNames = Set(configuration.secretHeaderNames.map { $0.lowercased() })
@@ -269,8 +272,9 @@ struct HTTPTransport: Sendable {
         var visited: Set<String> = []
         var redirects = 0
         while true {
-            // The host's login, added for this hop only: dropped with the other secrets when a redirect leaves.
-            let sent = self.hostCredentials.map { $0.adding(to: headers, for: current) } ?? headers
+            // The host's login and the URL's cookies, added for this hop only: a redirect elsewhere gets its own.
+            var sent = self.hostCredentials.map { $0.adding(to: headers, for: current) } ?? headers
+            if let cookies = self.cookies { sent = cookies.adding(to: sent, for: current) }
             let (response, status, fields) = try await exchange(current, sent)
             // `Location` looked for only in a redirect to follow: the search of every field was about 360
             // instructions a response.
