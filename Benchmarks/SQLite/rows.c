@@ -10,7 +10,9 @@
  *
  * Variants, as further arguments: `narrow` (the seven columns a batch shares left out of the row, as a table of their
  * own would), `from` (a transaction's completions as one UPDATE ... FROM (VALUES ...)), `nomutex` (the connection in
- * multi-thread mode), `nosecure` (PRAGMA secure_delete = OFF). The database is /dev/shm/haul-rows.db. Not part of
+ * multi-thread mode), `nosecure` (PRAGMA secure_delete = OFF), `norowid` (the table WITHOUT ROWID, keyed by its
+ * identifier alone), `byrowid` (each completion finds its row by rowid, as a store that remembered each insert's
+ * rowid could, instead of through the identifier's index). The database is /dev/shm/haul-rows.db. Not part of
  * `swift test`.
  */
 #include <sqlite3.h>
@@ -53,6 +55,10 @@ static const char *completion =
     "UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?, finalSize = ?,"
     " finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = ?,"
     " leaseOwner = ?, leaseExpires = ? WHERE id = ? AND " MINE;
+static const char *completion_by_rowid =
+    "UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?, finalSize = ?,"
+    " finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = ?,"
+    " leaseOwner = ?, leaseExpires = ? WHERE rowid = ? AND " MINE;
 static const char *owner = "vm/18121/D0F95BF7-B4EF-42B2-88D8-D233940FAE26";
 
 static int has(int argc, char **argv, const char *word) {
@@ -69,7 +75,7 @@ static void check(int code, sqlite3 *db) {
 }
 
 int main(int argc, char **argv) {
-    int narrow = has(argc, argv, "narrow"), from = has(argc, argv, "from");
+    int narrow = has(argc, argv, "narrow"), from = has(argc, argv, "from"), byrowid = has(argc, argv, "byrowid");
     unlink("/dev/shm/haul-rows.db");
     unlink("/dev/shm/haul-rows.db-wal");
     unlink("/dev/shm/haul-rows.db-shm");
@@ -80,7 +86,10 @@ int main(int argc, char **argv) {
     check(sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;",
                        NULL, NULL, NULL), db);
     if (has(argc, argv, "nosecure")) check(sqlite3_exec(db, "PRAGMA secure_delete = OFF", NULL, NULL, NULL), db);
-    check(sqlite3_exec(db, narrow ? narrow_schema : wide_schema, NULL, NULL, NULL), db);
+    char schema[4096];
+    snprintf(schema, sizeof schema, "%s", narrow ? narrow_schema : wide_schema);
+    if (has(argc, argv, "norowid")) strcpy(schema + strlen(schema) - 1, " WITHOUT ROWID;");
+    check(sqlite3_exec(db, schema, NULL, NULL, NULL), db);
 
     static char ids[ROWS][17];
     srand(1);
@@ -118,7 +127,7 @@ int main(int argc, char **argv) {
                     " OR transfer.leaseExpires < ?) AND transfer.state != 'completed'))");
         check(sqlite3_prepare_v2(db, sql, -1, &update, NULL), db);
     } else {
-        check(sqlite3_prepare_v2(db, completion, -1, &update, NULL), db);
+        check(sqlite3_prepare_v2(db, byrowid ? completion_by_rowid : completion, -1, &update, NULL), db);
     }
     int changed = 0;
     for (int i = 0; i < ROWS; i += PER_COMPLETION) {
@@ -138,7 +147,9 @@ int main(int argc, char **argv) {
             sqlite3_bind_text(update, c++, owner, -1, SQLITE_STATIC);
             sqlite3_bind_double(update, c++, 1.7e9);
             if (!from) {
-                sqlite3_bind_text(update, c++, ids[k], 16, SQLITE_STATIC);
+                // Rows were inserted in order into an empty table: row k has rowid k + 1.
+                if (byrowid) sqlite3_bind_int64(update, c++, k + 1);
+                else sqlite3_bind_text(update, c++, ids[k], 16, SQLITE_STATIC);
                 sqlite3_bind_text(update, c++, owner, -1, SQLITE_STATIC);
                 sqlite3_bind_double(update, c++, 1.6e9);
                 check(sqlite3_step(update), db);

@@ -2,7 +2,7 @@
 """Any commands against each other, interleaved, each writing into a fresh folder: which is faster, and by how much?
 
 Usage:
-    Benchmarks/peers/commands.py ROUNDS [--out DIR] [--prefault MIB] [--sync] NAME=COMMAND [NAME=COMMAND ...]
+    Benchmarks/peers/commands.py ROUNDS [--out DIR] [--prefault MIB] [--sync] [--delete] NAME=COMMAND [...]
 
 Each COMMAND runs through the shell with `{dir}` replaced by an empty output folder (DIR, default /dev/shm/haul-commands,
 made afresh before every run) and that folder as its working directory. Each round starts one command further on, so
@@ -15,7 +15,9 @@ this shared machine, so put the reference (a build without the change, or `--no-
 
 On tmpfs (the default folder) file creation costs the same for every tool, so the tools' own differences show; on ext4,
 pass --out on that disk, and mind that deleting thousands of files slows the next thousands' creation for minutes
-(outputs on a disk other than tmpfs are moved aside, not deleted, and left for you to delete).
+(outputs on a disk other than tmpfs are moved aside, not deleted, and left for you to delete; with --delete they are
+deleted before the next run, as suits a few large files, whose pages in the cache would otherwise be reclaimed during
+later runs).
 
 For example, the floors under `haul get` against haul and the peers (nginx from compare.py serving ROOT/www):
 
@@ -58,6 +60,12 @@ def main() -> None:
     parser.add_argument("--prefault", type=int, default=256, help="MiB touched and freed before each run")
     parser.add_argument("--serve", metavar="ROOT", help="serve compare.py's corpora under ROOT/www for the run")
     parser.add_argument(
+        "--delete",
+        action="store_true",
+        help="delete the last run's output on any disk, before the next run (for a few large files: their pages in "
+        "the cache, not file creation, are what a later run would pay for)",
+    )
+    parser.add_argument(
         "--sync",
         action="store_true",
         help="write the page cache's dirty data back before each run, outside its time (as compare.py does)",
@@ -88,7 +96,7 @@ def run(options, nginx) -> None:
         shift = run % len(commands)
         for name, command in commands[shift:] + commands[:shift]:
             if os.path.exists(options.out):
-                if on_tmpfs:
+                if on_tmpfs or options.delete:
                     shutil.rmtree(options.out)
                 else:
                     os.rename(options.out, f"{options.out}.old.{time.time_ns()}")
@@ -108,7 +116,7 @@ def run(options, nginx) -> None:
             samples[name].append(
                 (wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, float(switches))
             )
-    if on_tmpfs:
+    if on_tmpfs or options.delete:
         shutil.rmtree(options.out, ignore_errors=True)
     print(f"{'command':<24} {'wall ms':>9} {'user ms':>9} {'sys ms':>9} {'switches':>9}  ({options.rounds} rounds, medians)")
     for name, _ in commands:
