@@ -75,9 +75,11 @@ extension TransferManager {
         /// A user and password per host, sent as `Authorization: Basic` to that host only, on each request and
         /// redirect that reaches it (``HostCredentials/init(netrc:)`` reads a netrc file). Default: none.
         public var hostCredentials = HostCredentials()
-        /// Cookies sent with the requests whose URLs they match, on each request and redirect
-        /// (``CookieJar/init(netscape:now:)`` reads a cookie file). Default: none.
-        public var cookies = CookieJar()
+        /// The cookies sent with the requests whose URLs they match, on each request and redirect, and, when it
+        /// accepts them, kept from the servers' `Set-Cookie` fields for the later requests (read it after the run
+        /// to save them). ``CookieJar/init(netscape:now:)`` reads a cookie file. Default `nil`: no cookies are sent
+        /// or kept.
+        public var cookies: CookieStorage? = nil
         /// The HTTP proxies requests go through, and the hosts reached directly. Default: none, every request goes
         /// directly (the library reads no environment; ``ProxySettings/init(environment:)`` reads what curl reads,
         /// as the `haul` command does). Plain-http downloads send the whole URL to the proxy; https requests, and

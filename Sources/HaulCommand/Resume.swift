@@ -76,6 +76,7 @@ struct Resume: AsyncParsableCommand {
             json: self.options.json,
             quiet: self.options.quiet
         )
+        self.options.saveCookies(from: configuration)
         // A batch fed from a list whose process stopped before the list's end: only its recorded items were resumed.
         let partial = unfinished.filter { !$0.isListComplete }
         for batch in partial {

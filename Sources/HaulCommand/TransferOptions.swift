@@ -41,7 +41,10 @@ struct TransferOptions: ParsableArguments {
     )
     var insecure = false
 
-    @Flag(name: .long, help: "Send the logins of ~/.netrc to their hosts (Authorization: Basic), as curl --netrc.")
+    @Flag(
+        name: [.customShort("n"), .long],
+        help: "Send the logins of ~/.netrc to their hosts (Authorization: Basic), as curl -n."
+    )
     var netrc = false
 
     @Option(name: .customLong("netrc-file"), help: "Send the logins of this netrc file to their hosts.")
@@ -52,6 +55,12 @@ struct TransferOptions: ParsableArguments {
         help: "Send the cookies of this file (Netscape format, as curl -c and browsers' exporters write it)."
     )
     var cookieFile: String?
+
+    @Option(
+        name: [.customShort("c"), .customLong("save-cookies")],
+        help: "Write the cookies, those of -b and those the servers set, to this file at the end (Netscape format)."
+    )
+    var saveCookiesFile: String?
 
     @Option(
         name: .long,
@@ -138,6 +147,25 @@ struct TransferOptions: ParsableArguments {
         }
     }
 
+    /// The cookie engine: on with `-b` or `-c` (as curl's), sending the cookies of `-b`'s file and keeping those the
+    /// servers set for the later requests of the run; `nil` without either.
+    func cookieStorage() throws(HaulError) -> CookieStorage? {
+        guard self.cookieFile != nil || self.saveCookiesFile != nil else { return nil }
+        return CookieStorage(try self.cookieJar())
+    }
+
+    /// Writes the run's cookies to `-c`'s file (readable by its owner only: they are credentials), if given.
+    func saveCookies(from configuration: TransferManager.Configuration) {
+        guard let path = self.saveCookiesFile, let storage = configuration.cookies else { return }
+        let url = URL(filePath: path)
+        do {
+            try Data(storage.jar.netscapeText.utf8).write(to: url, options: .atomic)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path)
+        } catch {
+            Get.printError("haul: cannot write the cookies to \(path): \(error.localizedDescription)")
+        }
+    }
+
     /// The cookies of `--load-cookies`; none without it.
     func cookieJar() throws(HaulError) -> CookieJar {
         guard let path = self.cookieFile else { return CookieJar() }
@@ -187,7 +215,7 @@ struct TransferOptions: ParsableArguments {
         // Checked in `validate()`.
         configuration.proxies = (try? self.proxySettings()) ?? ProxySettings()
         configuration.hostCredentials = (try? self.hostCredentials()) ?? HostCredentials()
-        configuration.cookies = (try? self.cookieJar()) ?? CookieJar()
+        configuration.cookies = (try? self.cookieStorage()) ?? nil
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
         configuration.additionalTrustedCertificates = self.caCertificates.map { URL(filePath: $0) }
         configuration.verifiesCertificates = !self.insecure
@@ -240,6 +268,7 @@ enum BatchRunner {
             json: options.json,
             quiet: options.quiet
         )
+        options.saveCookies(from: configuration)
         if interrupted, !options.quiet,
             let line = Summary.interruptionLine(for: report, keepsState: configuration.store != nil)
         {

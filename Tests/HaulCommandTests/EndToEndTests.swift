@@ -174,7 +174,11 @@ struct EndToEndTests {
     }
 
     @Test func sendsTheLoginsOfANetrcFileAndTheCookiesOfACookieFile() async throws {
-        try await FaultInjectingServer.withServer(resources: ["/a.bin": .init(body: Self.body)]) { server in
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/a.bin": .init(body: Self.body),
+            "/set.bin": .init(body: [1], faults: [.addHeaders(["Set-Cookie": "fresh=new; Max-Age=3600"])]),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
             try await self.withFolder { folder in
                 let netrc = folder.appending(path: "netrc")
                 try Data("machine 127.0.0.1 login ann password s3cret\n".utf8).write(to: netrc)
@@ -192,6 +196,17 @@ struct EndToEndTests {
                 ])
                 #expect(withCookies.status == 0, "\(withCookies.stderr)")
                 #expect(server.requests.last?.headers["cookie"] == "session=abc")
+                let saved = folder.appending(path: "saved.txt")
+                let saving = try await HaulProcess.run([
+                    "get", server.url("/set.bin").absoluteString, "-d", folder.appending(path: "set").path,
+                    "--no-state", "-b", cookies.path, "-c", saved.path,
+                ])
+                #expect(saving.status == 0, "\(saving.stderr)")
+                let text = try String(contentsOf: saved, encoding: .utf8)
+                #expect(text.contains("127.0.0.1\tFALSE\t/\tFALSE\t0\tsession\tabc"), "\(text)")
+                #expect(text.contains("\tfresh\tnew"), "\(text)")
+                let mode = try FileManager.default.attributesOfItem(atPath: saved.path)[.posixPermissions] as? Int
+                #expect(mode == 0o600)
                 let missing = try await HaulProcess.run([
                     "get", url, "--no-state", "--netrc-file", folder.appending(path: "none").path,
                 ])

@@ -36,6 +36,31 @@ struct CookieJarTests {
         #expect(jar.adding(to: [], for: url).map(\.value) == ["session=s1"])
     }
 
+    @Test func keepsWhatASetCookieFieldSaysAsABrowserWould() throws {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        var jar = CookieJar()
+        let url = URL(string: "https://files.example.com/data/set/here.bin")!
+        jar.take(setCookie: "a=1", from: url, now: now)
+        jar.take(setCookie: "b=2; Domain=.example.com; Path=/; Secure; Max-Age=60", from: url, now: now)
+        jar.take(setCookie: "c=3; Domain=other.example; Path=/", from: url, now: now)
+        jar.take(setCookie: "d=4; Domain=com", from: url, now: now)
+        jar.take(setCookie: "e=5; Expires=Wed, 21 Oct 2015 07:28:00 GMT", from: url, now: now)
+        #expect(jar.cookies.map(\.name) == ["a", "b"], "another domain, a single label and the past are refused")
+        let a = try #require(jar.cookies.first)
+        #expect(a.domain == "files.example.com" && !a.includesSubdomains && a.path == "/data/set")
+        let b = jar.cookies[1]
+        #expect(b.includesSubdomains && b.isSecure && b.expires == 1_800_000_060)
+        jar.take(setCookie: "a=changed; Path=/data/set", from: url, now: now)
+        #expect(jar.cookies.filter { $0.name == "a" }.map(\.value) == ["changed"])
+        jar.take(setCookie: "b=; Domain=example.com; Path=/; Max-Age=0", from: url, now: now)
+        #expect(jar.cookies.map(\.name) == ["a"], "a cookie set to expire is removed")
+    }
+
+    @Test func writesAFileItReadsBackTheSame() throws {
+        let jar = try CookieJar(netscape: Self.file, now: Date(timeIntervalSince1970: 2_000))
+        #expect(try CookieJar(netscape: jar.netscapeText, now: Date(timeIntervalSince1970: 2_000)) == jar)
+    }
+
     @Test func namesTheLineThatIsNotACookie() {
         #expect {
             try CookieJar(netscape: "# comment\nexample.com TRUE / FALSE 0 a b")

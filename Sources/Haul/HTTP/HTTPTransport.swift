@@ -19,8 +19,8 @@ struct HTTPTransport: Sendable {
     let proxies: ProxySettings
     /// The logins sent to their hosts; `nil` without any.
     let hostCredentials: HostCredentials?
-    /// The cookies sent with the requests they match; `nil` without any.
-    let cookies: CookieJar?
+    /// The cookies sent with the requests they match and kept from responses; `nil` without a cookie engine.
+    let cookies: CookieStorage?
     let pool: ConnectionPool
     let maximumRedirects: Int
     let secretHeaderNames: Set<String>
@@ -36,7 +36,7 @@ struct HTTPTransport: Sendable {
         self.proxiedClients = proxiedClients
         self.proxies = configuration.proxies
         self.hostCredentials = configuration.hostCredentials.isEmpty ? nil : configuration.hostCredentials
-        self.cookies = configuration.cookies.isEmpty ? nil : configuration.cookies
+        self.cookies = configuration.cookies
         self.pool = ConnectionPool(group: client.eventLoopGroup, configuration: configuration)
         self.maximumRedirects = configuration.maximumRedirects
         self.secretHeaderNames = Set(configuration.secretHeaderNames.map { $0.lowercased() })
@@ -276,6 +276,7 @@ struct HTTPTransport: Sendable {
             var sent = self.hostCredentials.map { $0.adding(to: headers, for: current) } ?? headers
             if let cookies = self.cookies { sent = cookies.adding(to: sent, for: current) }
             let (response, status, fields) = try await exchange(current, sent)
+            self.cookies?.receive(fields, from: current)
             // `Location` looked for only in a redirect to follow: the search of every field was about 360
             // instructions a response.
             guard Self.follows(status, after: method), let location = fields.first(name: "location") else {

@@ -177,7 +177,9 @@ struct HostLoginTests {
                     configuration.hostCredentials = try HostCredentials(
                         netrc: "machine 127.0.0.1 login ann password one\nmachine 127.0.0.2 login bob password two"
                     )
-                    configuration.cookies = CookieJar(cookies: [.init(domain: "127.0.0.2", name: "s", value: "2")])
+                    configuration.cookies = CookieStorage(
+                        CookieJar(cookies: [.init(domain: "127.0.0.2", name: "s", value: "2")])
+                    )
                     let report = try await TransferManager.withTransferManager(configuration: configuration) {
                         manager in
                         try await manager.enqueue([
@@ -200,6 +202,39 @@ struct HostLoginTests {
                     #expect(first.requests.allSatisfy { $0.headers["cookie"] == nil })
                     #expect(second.requests.map { $0.headers["cookie"] } == ["s=2"])
                 }
+            }
+        }
+    }
+}
+
+@Suite("Keeping the cookies servers set", .timeLimit(.minutes(2)))
+struct ServerCookieTests {
+    @Test func aCookieOneResponseSetsGoesWithTheLaterRequestsItMatches() async throws {
+        let body = FaultInjectingServer.body(size: 10_000, seed: 9)
+        let resources: [String: FaultInjectingServer.Resource] = [
+            "/login/a.bin": .init(body: body, faults: [.addHeaders(["Set-Cookie": "session=abc; Path=/; HttpOnly"])]),
+            "/b.bin": .init(body: body),
+        ]
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await withTemporaryDirectory { folder in
+                var configuration = TransferManager.Configuration.testing(concurrent: 1)
+                let storage = CookieStorage()
+                configuration.cookies = storage
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.download([server.url("/login/a.bin"), server.url("/b.bin")], into: folder)
+                }
+                #expect(report.isSuccess)
+                let sent = Dictionary(server.requests.map { ($0.path, $0.headers["cookie"]) }) { a, _ in a }
+                #expect(sent["/login/a.bin"] == .some(nil))
+                #expect(sent["/b.bin"] == "session=abc")
+                #expect(storage.jar.cookies.map(\.name) == ["session"])
+
+                var ignoring = TransferManager.Configuration.testing(concurrent: 1)
+                ignoring.cookies = CookieStorage(acceptsServerCookies: false)
+                _ = try await TransferManager.withTransferManager(configuration: ignoring) { manager in
+                    try await manager.download([server.url("/login/a.bin")], into: folder)
+                }
+                #expect(ignoring.cookies?.jar.isEmpty == true)
             }
         }
     }
