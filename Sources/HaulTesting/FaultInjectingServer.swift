@@ -43,6 +43,9 @@ public final class FaultInjectingServer: Sendable {
         case stall(afterBytes: Int)
         /// Answer with a redirect to this location (absolute or relative).
         case redirect(status: Int, location: String)
+        /// Answer with a redirect to this location, with these fields too (a `Set-Cookie`, as a login's callback
+        /// sets a session before it sends the client back).
+        case redirectWithFields(status: Int, location: String, fields: [String: String])
         /// Send the body with chunked encoding and close the connection after this many bytes, before the last chunk.
         case cutChunkedBody(afterBytes: Int)
         /// Send the body with chunked encoding, and after this many bytes send nothing more (no last chunk), keeping
@@ -604,6 +607,14 @@ public final class FaultInjectingServer: Sendable {
                     status: HTTPResponseStatus(statusCode: code),
                     "",
                     headers: ["Location": location],
+                    context: context
+                )
+                return
+            case .redirectWithFields(let code, let location, let fields):
+                self.sendText(
+                    status: HTTPResponseStatus(statusCode: code),
+                    "",
+                    headers: fields.merging(["Location": location]) { $1 },
                     context: context
                 )
                 return

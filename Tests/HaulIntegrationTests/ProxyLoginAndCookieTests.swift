@@ -238,4 +238,65 @@ struct ServerCookieTests {
             }
         }
     }
+
+    /// The flow of a data archive behind a login (NASA Earthdata's, as wget and curl are told to follow it): the file
+    /// redirects to the login host, which takes the netrc login and redirects to the archive's callback, which sets
+    /// a session cookie and redirects back to the file; the next file is served on the cookie alone.
+    @Test func aLoginThatRedirectsAndSetsASessionCookieServesTheNextFilesOnThatCookie() async throws {
+        let body = FaultInjectingServer.body(size: 30_000, seed: 21)
+        try await FaultInjectingServer.withServer(host: "127.0.0.2") { login in
+            try await FaultInjectingServer.withServer { archive in
+                login.setResource(
+                    .init(
+                        body: [],
+                        faults: [.redirect(status: 302, location: archive.url("/callback").absoluteString)]
+                    ),
+                    at: "/oauth"
+                )
+                archive.setResource(
+                    .init(
+                        body: [],
+                        faults: [
+                            .redirectWithFields(
+                                status: 302,
+                                location: archive.url("/data/1.bin").absoluteString,
+                                fields: ["Set-Cookie": "archive_session=s3ss; Path=/; HttpOnly"]
+                            )
+                        ]
+                    ),
+                    at: "/callback"
+                )
+                archive.setResource(
+                    .init(body: body, faults: [.redirect(status: 302, location: login.url("/oauth").absoluteString)]),
+                    at: "/data/1.bin"
+                )
+                archive.setResource(.init(body: body), at: "/data/2.bin")
+                try await withTemporaryDirectory { folder in
+                    var configuration = TransferManager.Configuration.testing(concurrent: 1)
+                    configuration.hostCredentials = try HostCredentials(
+                        netrc: "machine 127.0.0.2 login ann password pw"
+                    )
+                    configuration.cookies = CookieStorage()
+                    let report = try await TransferManager.withTransferManager(configuration: configuration) {
+                        manager in
+                        try await manager.download(
+                            [archive.url("/data/1.bin"), archive.url("/data/2.bin")],
+                            into: folder
+                        )
+                    }
+                    #expect(report.isSuccess, "\(report.failed.map(\.error.message))")
+                    let logins = login.requests.map { $0.headers["authorization"] }
+                    #expect(logins == ["Basic " + Data("ann:pw".utf8).base64EncodedString()])
+                    let archiveRequests = archive.requests.map { "\($0.path) \($0.headers["cookie"] ?? "-")" }
+                    #expect(
+                        archiveRequests == [
+                            "/data/1.bin -", "/callback -", "/data/1.bin archive_session=s3ss",
+                            "/data/2.bin archive_session=s3ss",
+                        ]
+                    )
+                    #expect(archive.requests.allSatisfy { $0.headers["authorization"] == nil }, "the login stays home")
+                }
+            }
+        }
+    }
 }

@@ -608,6 +608,9 @@ struct ResilienceTests {
                     try await manager.download([server.url("/loop1"), server.url("/c1")], into: folder)
                 }
                 #expect(report.failed.map(\.error.code) == [.tooManyRedirects, .tooManyRedirects])
+                #expect(
+                    report.failed.first?.error.message == "A redirect loop at \(server.url("/loop1").absoluteString)"
+                )
                 #expect(names(in: folder).isEmpty)
             }
         }

@@ -268,13 +268,30 @@ struct HTTPTransport: Sendable {
         try self.checkScheme(of: url, redirected: false)
         var current = url
         var headers = headers
-        // The URLs met so far, from the first redirect on: most requests have none, and need no set.
+        // The requests sent so far (URL and cookies), from the first redirect on: most requests have none, and need
+        // no set.
         var visited: Set<String> = []
         var redirects = 0
+        var redirectStatus = 0
+        var firstSent: [(name: String, value: String)] = []
         while true {
             // The host's login and the URL's cookies, added for this hop only: a redirect elsewhere gets its own.
             var sent = self.hostCredentials.map { $0.adding(to: headers, for: current) } ?? headers
             if let cookies = self.cookies { sent = cookies.adding(to: sent, for: current) }
+            if redirects == 0 {
+                firstSent = sent
+            } else {
+                // A loop is the same request again: a URL asked again with other cookies (a login that sets a
+                // session and sends the client back to the file) is not one.
+                if visited.isEmpty { visited.insert(Self.visitKey(url, firstSent)) }
+                guard visited.insert(Self.visitKey(current, sent)).inserted else {
+                    throw HaulError(
+                        .tooManyRedirects,
+                        "A redirect loop at \(current.absoluteString)",
+                        httpStatus: redirectStatus
+                    )
+                }
+            }
             let (response, status, fields) = try await exchange(current, sent)
             self.cookies?.receive(fields, from: current)
             // `Location` looked for only in a redirect to follow: the search of every field was about 360
@@ -283,18 +300,18 @@ struct HTTPTransport: Sendable {
                 return response
             }
             leaving(response)
-            if visited.isEmpty { visited.insert(url.absoluteString) }
-            let hop = try self.nextHop(
-                from: current,
-                location: location,
-                status: Int(status),
-                redirects: redirects,
-                visited: &visited
-            )
+            let hop = try self.nextHop(from: current, location: location, status: Int(status), redirects: redirects)
             if hop.dropsSecrets { headers.removeAll { self.secretHeaderNames.contains($0.name.lowercased()) } }
             redirects += 1
+            redirectStatus = Int(status)
             current = hop.target
         }
+    }
+
+    /// What tells two requests of a redirect chain apart: the URL and the cookies sent with it.
+    static func visitKey(_ url: URL, _ headers: [(name: String, value: String)]) -> String {
+        let cookie = headers.first { $0.name.lowercased() == "cookie" }?.value ?? ""
+        return url.absoluteString + "\n" + cookie
     }
 
     /// Whether a response of `status` to `method` is a redirect to follow: 301, 302 and 303 after a GET (another
@@ -344,13 +361,12 @@ struct HTTPTransport: Sendable {
     }
 
     /// Where a redirect leads, and whether the secret headers must be dropped on the way; throws when it must not
-    /// be followed. Pure but for `visited`, which it extends.
+    /// be followed (past the limit, an invalid location, a scheme other than http and https, a downgrade). Pure.
     func nextHop(
         from current: URL,
         location: String,
         status: Int,
-        redirects: Int,
-        visited: inout Set<String>
+        redirects: Int
     ) throws -> (target: URL, dropsSecrets: Bool) {
         guard redirects < self.maximumRedirects else {
             throw HaulError(.tooManyRedirects, "More than \(self.maximumRedirects) redirects", httpStatus: status)
@@ -370,9 +386,6 @@ struct HTTPTransport: Sendable {
                 "Refused a redirect from https to http (\(target.absoluteString))",
                 httpStatus: status
             )
-        }
-        guard visited.insert(target.absoluteString).inserted else {
-            throw HaulError(.tooManyRedirects, "A redirect loop at \(target.absoluteString)", httpStatus: status)
         }
         let dropsSecrets =
             !Self.sameOrigin(current, target) && !self.trustedRedirectHosts.contains(target.host?.lowercased() ?? "")
