@@ -47,18 +47,27 @@ struct TransferOptions: ParsableArguments {
     )
     var netrc = false
 
-    @Option(name: .customLong("netrc-file"), help: "Send the logins of this netrc file to their hosts.")
+    @Option(
+        name: .customLong("netrc-file"),
+        help: ArgumentHelp("Send the logins of this netrc file to their hosts.", valueName: "file")
+    )
     var netrcFile: String?
 
     @Option(
         name: [.customShort("b"), .customLong("load-cookies")],
-        help: "Send the cookies of this file (Netscape format, as curl -c and browsers' exporters write it)."
+        help: ArgumentHelp(
+            "Send the cookies of this file (Netscape format, as curl -c and browsers' exporters write it).",
+            valueName: "file"
+        )
     )
     var cookieFile: String?
 
     @Option(
         name: [.customShort("c"), .customLong("save-cookies")],
-        help: "Write the cookies, those of -b and those the servers set, to this file at the end (Netscape format)."
+        help: ArgumentHelp(
+            "Write the cookies, those of -b and those the servers set, to this file at the end (Netscape format).",
+            valueName: "file"
+        )
     )
     var saveCookiesFile: String?
 
@@ -66,7 +75,8 @@ struct TransferOptions: ParsableArguments {
         name: .long,
         help: ArgumentHelp(
             "An HTTP proxy for every request, http://[user:password@]host[:port] (port 1080 when none is given; "
-                + "default: the http_proxy, https_proxy and all_proxy variables, as curl reads them)."
+                + "default: the http_proxy, https_proxy and all_proxy variables, as curl reads them).",
+            valueName: "url"
         )
     )
     var proxy: String?
@@ -75,7 +85,8 @@ struct TransferOptions: ParsableArguments {
         name: .customLong("no-proxy"),
         help: ArgumentHelp(
             "Hosts reached without the proxy, comma-separated: example.com (and the hosts under it), an address, or "
-                + "* for every host (default: the no_proxy variable)."
+                + "* for every host (default: the no_proxy variable).",
+            valueName: "hosts"
         )
     )
     var noProxy: String?

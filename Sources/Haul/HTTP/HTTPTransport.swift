@@ -14,13 +14,8 @@ import Tracing
 struct HTTPTransport: Sendable {
     /// The client for requests that go directly.
     let client: HTTPClient
-    /// A client for each proxy the client's requests go through (``clientFor(_:)``); empty without proxies.
-    let proxiedClients: [Proxy: HTTPClient]
-    let proxies: ProxySettings
-    /// The logins sent to their hosts; `nil` without any.
-    let hostCredentials: HostCredentials?
-    /// The cookies sent with the requests they match and kept from responses; `nil` without a cookie engine.
-    let cookies: CookieStorage?
+    /// The proxies, logins and cookies, when the configuration has any; `nil` (the usual case) when it has none.
+    let extras: Extras?
     let pool: ConnectionPool
     let maximumRedirects: Int
     let secretHeaderNames: Set<String>
@@ -33,10 +28,15 @@ struct HTTPTransport: Sendable {
         configuration: TransferManager.Configuration
     ) {
         self.client = client
-        self.proxiedClients = proxiedClients
-        self.proxies = configuration.proxies
-        self.hostCredentials = configuration.hostCredentials.isEmpty ? nil : configuration.hostCredentials
-        self.cookies = configuration.cookies
+        self.extras =
+            configuration.proxies.isEmpty && configuration.hostCredentials.isEmpty && configuration.cookies == nil
+            ? nil
+            : Extras(
+                proxiedClients: proxiedClients,
+                proxies: configuration.proxies,
+                hostCredentials: configuration.hostCredentials.isEmpty ? nil : configuration.hostCredentials,
+                cookies: configuration.cookies
+            )
         self.pool = ConnectionPool(group: client.eventLoopGroup, configuration: configuration)
         self.maximumRedirects = configuration.maximumRedirects
         self.secretHeaderNames = Set(configuration.secretHeaderNames.map { $0.lowercased() })
@@ -77,8 +77,9 @@ struct HTTPTransport: Sendable {
 
     /// The client that sends a request for `url`: the one for its proxy, or the direct one.
     func clientFor(_ url: URL) -> HTTPClient {
-        guard !self.proxiedClients.isEmpty, let proxy = self.proxies.proxy(for: url) else { return self.client }
-        return self.proxiedClients[proxy] ?? self.client
+        guard let extras = self.extras, !extras.proxiedClients.isEmpty, let proxy = extras.proxies.proxy(for: url)
+        else { return self.client }
+        return extras.proxiedClients[proxy] ?? self.client
     }
 
     /// The client settings ``makeClient(_:)`` describes.
@@ -150,7 +151,7 @@ struct HTTPTransport: Sendable {
     /// Closes the connections; every transfer has ended.
     func shutDown() async throws {
         self.pool.shutDown()
-        for client in self.proxiedClients.values { try? await client.shutdown() }
+        for client in self.extras?.proxiedClients.values ?? [:].values { try? await client.shutdown() }
         try await self.client.shutdown()
     }
 
@@ -276,8 +277,11 @@ struct HTTPTransport: Sendable {
         var firstSent: [(name: String, value: String)] = []
         while true {
             // The host's login and the URL's cookies, added for this hop only: a redirect elsewhere gets its own.
-            var sent = self.hostCredentials.map { $0.adding(to: headers, for: current) } ?? headers
-            if let cookies = self.cookies { sent = cookies.adding(to: sent, for: current) }
+            var sent = headers
+            if let extras = self.extras {
+                if let credentials = extras.hostCredentials { sent = credentials.adding(to: sent, for: current) }
+                if let cookies = extras.cookies { sent = cookies.adding(to: sent, for: current) }
+            }
             if redirects == 0 {
                 firstSent = sent
             } else {
@@ -293,7 +297,7 @@ struct HTTPTransport: Sendable {
                 }
             }
             let (response, status, fields) = try await exchange(current, sent)
-            self.cookies?.receive(fields, from: current)
+            self.extras?.cookies?.receive(fields, from: current)
             // `Location` looked for only in a redirect to follow: the search of every field was about 360
             // instructions a response.
             guard Self.follows(status, after: method), let location = fields.first(name: "location") else {
@@ -305,6 +309,30 @@ struct HTTPTransport: Sendable {
             redirects += 1
             redirectStatus = Int(status)
             current = hop.target
+        }
+    }
+
+    /// What a configuration adds to the plain case: proxies, logins per host, cookies. One reference, so that a
+    /// transport without them carries nothing more than before they existed.
+    final class Extras: Sendable {
+        /// A client for each proxy the client's requests go through (``clientFor(_:)``); empty without proxies.
+        let proxiedClients: [Proxy: HTTPClient]
+        let proxies: ProxySettings
+        /// The logins sent to their hosts; `nil` without any.
+        let hostCredentials: HostCredentials?
+        /// The cookies sent with the requests they match and kept from responses; `nil` without a cookie engine.
+        let cookies: CookieStorage?
+
+        init(
+            proxiedClients: [Proxy: HTTPClient],
+            proxies: ProxySettings,
+            hostCredentials: HostCredentials?,
+            cookies: CookieStorage?
+        ) {
+            self.proxiedClients = proxiedClients
+            self.proxies = proxies
+            self.hostCredentials = hostCredentials
+            self.cookies = cookies
         }
     }
 
