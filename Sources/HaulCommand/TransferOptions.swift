@@ -23,6 +23,18 @@ struct TransferOptions: ParsableArguments {
     @Option(name: .long, help: "Seconds without progress before an attempt fails (it is retried).")
     var timeout: Double = 60
 
+    @Option(name: .long, help: "Seconds a connection may take to open (TLS included) before the attempt fails.")
+    var connectTimeout: Double = 10
+
+    @Option(name: .customLong("max-redirs"), help: "How many redirects a request follows.")
+    var maxRedirects: Int = 10
+
+    @Option(
+        name: [.customShort("A"), .long],
+        help: ArgumentHelp("The User-Agent sent with every request (default: Haul/0.1).", valueName: "text")
+    )
+    var userAgent: String?
+
     @Option(
         name: [.customShort("H"), .customLong("header")],
         help: "An extra request header, 'Name: value' (repeatable)."
@@ -107,6 +119,15 @@ struct TransferOptions: ParsableArguments {
         guard (0...100).contains(self.retries) else { throw ValidationError("--retries must be between 0 and 100.") }
         guard self.timeout > 0, self.timeout <= 86_400 else {
             throw ValidationError("--timeout must be more than 0 and at most 86400 seconds.")
+        }
+        guard self.connectTimeout > 0, self.connectTimeout <= 3_600 else {
+            throw ValidationError("--connect-timeout must be more than 0 and at most 3600 seconds.")
+        }
+        guard (0...100).contains(self.maxRedirects) else {
+            throw ValidationError("--max-redirs must be between 0 and 100.")
+        }
+        if let agent = self.userAgent, HTTPHeaderLine(parsing: "User-Agent: \(agent)")?.value != agent {
+            throw ValidationError("--user-agent takes text on one line, without spaces around it.")
         }
         if let rate = self.limitRate, Rate.parse(rate) == nil {
             throw ValidationError("--limit-rate takes a rate like 500K, 2M or 1.5G (bytes per second).")
@@ -228,6 +249,9 @@ struct TransferOptions: ParsableArguments {
         configuration.hostCredentials = (try? self.hostCredentials()) ?? HostCredentials()
         configuration.cookies = (try? self.cookieStorage()) ?? nil
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
+        configuration.connectTimeout = .milliseconds(Int64(self.connectTimeout * 1000))
+        configuration.maximumRedirects = self.maxRedirects
+        if let agent = self.userAgent { configuration.userAgent = agent }
         configuration.additionalTrustedCertificates = self.caCertificates.map { URL(filePath: $0) }
         configuration.verifiesCertificates = !self.insecure
         // The table of descriptors was grown before the first thread, so files held open until their completion is

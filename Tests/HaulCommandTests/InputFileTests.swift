@@ -177,9 +177,17 @@ struct GetArgumentTests {
                 "get", "http://h/a", "-d", "out", "-o", "x.bin", "-j", "8", "--max-per-host", "2", "-H", "A: b",
                 "--checksum", "md5=" + String(repeating: "0", count: 32), "--on-conflict", "skip",
                 "--content-disposition",
-                "--json", "--retries", "2", "--timeout", "1.5",
+                "--json", "--retries", "2", "--timeout", "1.5", "--connect-timeout", "2.5", "--max-redirs", "3", "-A",
+                "archiver/2",
             ]) as? Get
         )
+        let configuration = command.options.configuration(store: nil)
+        #expect(configuration.connectTimeout == .milliseconds(2_500))
+        #expect(configuration.maximumRedirects == 3)
+        #expect(configuration.userAgent == "archiver/2")
+        let plain = try #require(try HaulCommand.parseAsRoot(["get", "http://h/a"]) as? Get)
+        #expect(plain.options.configuration(store: nil).userAgent == TransferManager.Configuration().userAgent)
+        #expect(plain.options.configuration(store: nil).connectTimeout == .seconds(10))
         #expect(command.options.retries == 2)
         #expect(command.options.timeout == 1.5)
         #expect(command.options.maxConcurrent == 8)
@@ -187,6 +195,14 @@ struct GetArgumentTests {
         #expect(command.options.configuration(store: nil).maximumTransfersPerHost == 2)
         #expect(command.output == "x.bin")
         #expect(command.options.json)
+    }
+
+    @Test(arguments: [
+        ["--connect-timeout", "0"], ["--max-redirs", "-1"], ["--max-redirs", "101"], ["-A", "two\r\nX-Injected: 1"],
+        ["--proxy", "socks5://h:1"], ["--netrc", "--netrc-file", "f"],
+    ])
+    func refusesOptionsItCannotUse(arguments: [String]) {
+        #expect(throws: (any Error).self) { try HaulCommand.parseAsRoot(["get", "http://h/a"] + arguments) }
     }
 
     @Test func oneHostMayHaveAsManyTransfersAsJAsksForUnlessTheLimitIsGiven() throws {
