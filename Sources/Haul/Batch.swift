@@ -31,7 +31,9 @@ public final class Batch: Sendable {
         let persisted = self.manager.lookUp(requests)
         try self.manager.withCore { core, aftermath throws(HaulError) in
             guard !core.isShutDown else { throw HaulError(.managerShutDown, "The transfer manager has shut down") }
-            guard core.withBatch(id, { $0.isFinished }) == false else {
+            // A batch ``TransferManager/stopAll()`` ended takes nothing more, though files it waits for are still
+            // being published.
+            guard core.withBatch(id, { $0.isFinished || $0.isStopped }) == false else {
                 throw HaulError(.batchFinished, "Batch \(id) has finished; start a new batch")
             }
             core.reserveCapacity(forMoreTransfers: requests.count)

@@ -163,6 +163,9 @@ extension TransferManager {
         var report: BatchReport?
         /// Whether transfers may still be added before the batch can finish.
         var isSealed = true
+        /// Whether ``Core/stopAll(aftermath:)`` ended it: nothing more is added, and its transfers that end paused
+        /// (files whose publication it waited for) are settled as cancelled.
+        var isStopped = false
 
         var isFinished: Bool { self.report != nil }
 
@@ -737,19 +740,28 @@ extension TransferManager {
         }
 
         /// Stops every transfer, keeping partial files and the store's record of them, and ends every batch with
-        /// what was unfinished reported as cancelled.
+        /// what was unfinished reported as cancelled. A running transfer is left to end with its own result, which
+        /// its batches wait for (its task stops at once; paused, it is cancelled in them): one whose body arrived as
+        /// the stop came, or that was publishing its file, completes, and was reported cancelled while its file
+        /// appeared, completed in the store (33 of 2,172 "cancelled" files when a list of tiny files was interrupted).
         mutating func stopAll(aftermath: inout Aftermath) {
             for id in Array(self.transfers.keys) { self.pause(id, aftermath: &aftermath) }
             for batchID in Array(self.batches.keys) {
                 guard let pending = self.batches[batchID]?.pending, self.batches[batchID]?.isFinished == false else {
                     continue
                 }
-                for id in pending.keys {
+                for id in pending.keys where !self.isRunning(id) {
                     self.settle(id, in: batchID, result: .cancelled, at: .now, aftermath: &aftermath)
                 }
                 self.batches[batchID]!.isSealed = true
+                self.batches[batchID]!.isStopped = true
                 self.finishIfDone(batchID, aftermath: &aftermath)
             }
+        }
+
+        /// Whether a transfer's attempt is under way (stopping included).
+        private func isRunning(_ id: TransferID) -> Bool {
+            if case .running = self.transfers[id]?.machine.state { true } else { false }
         }
 
         private mutating func apply(
@@ -779,6 +791,15 @@ extension TransferManager {
                 if let signal = self.transfers[id]!.stopSignal { aftermath.stopSignals.append(signal) }
             case .reportPaused:
                 self.emit(id, .paused)
+                // A file whose publication ``stopAll(aftermath:)`` waited for ended stopped (its rename failed after
+                // the stop): its batches take it as the others, cancelled.
+                if let batchIDs = self.transfers[id]?.batches {
+                    for batchID in batchIDs
+                    where self.batches[batchID]?.isStopped == true && self.batches[batchID]?.pending[id] != nil {
+                        self.settle(id, in: batchID, result: .cancelled, at: now, aftermath: &aftermath)
+                        self.finishIfDone(batchID, aftermath: &aftermath)
+                    }
+                }
             case .enqueue:
                 self.start(
                     self.scheduler.enqueue(

@@ -462,8 +462,14 @@ public final class TransferManager: Sendable {
     }
 
     /// Stops every transfer, keeping partial files (and, with a store, the record to resume them), and ends every
-    /// batch with its unfinished transfers reported as cancelled: what a command does on Ctrl-C.
-    public func stopAll() { self.withCore { $0.stopAll(aftermath: &$1) } }
+    /// batch with its unfinished transfers reported as cancelled: what a command does on Ctrl-C. A file whose body
+    /// had arrived and which was being published ends with its own result (completed, as a rule).
+    public func stopAll() {
+        self.withCore { $0.stopAll(aftermath: &$1) }
+        // The files being published end with their own results, which their batches wait for: their records need
+        // not wait for others to share their commit.
+        self.storeWriter?.flushPromptly()
+    }
 
     /// Cancels every unfinished transfer of every batch.
     public func cancelAll() {

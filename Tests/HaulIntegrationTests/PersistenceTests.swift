@@ -76,6 +76,44 @@ struct PersistenceTests {
         }
     }
 
+    @Test func aFileBeingPublishedWhenEverythingStopsIsReportedAsItEnds() async throws {
+        try await FaultInjectingServer.withServer(resources: self.resources()) { server in
+            try await withTemporaryDirectory { folder in
+                var configuration = self.configuration(
+                    try TransferStore(path: folder.appending(path: "state/state.sqlite"))
+                )
+                // While /big is on the network, /done's record waits this long for others to share its commit.
+                configuration.publishingLinger = .seconds(60)
+                let started = ContinuousClock.now
+                let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    let (batch, events) = try manager.enqueueWithEvents([
+                        TransferRequest(url: server.url("/done"), into: folder),
+                        TransferRequest(url: server.url("/big"), into: folder),
+                    ])
+                    var (doneArrived, bigStalled) = (false, false)
+                    for await event in events {
+                        guard case .transfer(let transfer) = event, case .progressed(let progress) = transfer.kind
+                        else { continue }
+                        if transfer.url.path == "/done", progress.receivedBytes == Self.done.count {
+                            doneArrived = true
+                        }
+                        if transfer.url.path == "/big", progress.receivedBytes >= 60_000 { bigStalled = true }
+                        if doneArrived && bigStalled { break }
+                    }
+                    // /done has left the network and waits for its commit.
+                    try await Task.sleep(for: .milliseconds(50))
+                    manager.stopAll()
+                    return await batch.report()
+                }
+                #expect(ContinuousClock.now - started < .seconds(30), "the stop cut the record's wait short")
+                let results = Dictionary(report.items.map { ($0.url.path, $0.result.state) }) { a, _ in a }
+                #expect(results["/done"] == .completed, "\(report.items.map(\.result))")
+                #expect(results["/big"] == .cancelled)
+                #expect(try Array(Data(contentsOf: folder.appending(path: "done"))) == Self.done)
+            }
+        }
+    }
+
     @Test func aRerunSkipsCompletedFilesWithoutARequestAndResumesPartialOnesWithAValidatedRange() async throws {
         try await FaultInjectingServer.withServer(resources: self.resources()) { server in
             try await withTemporaryDirectory { folder in

@@ -137,6 +137,12 @@ package final class StoreWriter: Sendable {
         self.submit(adding: [], timing: .withOthers) {}
     }
 
+    /// Starts writing what is queued now and returns at once, cutting short a wait for publishing records under way:
+    /// nothing else is coming to share it (every transfer has been stopped).
+    func flushPromptly() {
+        self.submit(adding: [], timing: .promptly) {}
+    }
+
     /// Writes what is queued now and then `last`, in one transaction, and calls `written` once it is written (on the
     /// database's writer queue: `written` must be quick); nothing waits or blocks meanwhile. When `lingering` and no
     /// transaction is under way, the transaction starts after ``linger``, so that the records of files that finish
