@@ -163,8 +163,8 @@ extension TransferManager {
         var report: BatchReport?
         /// Whether transfers may still be added before the batch can finish.
         var isSealed = true
-        /// Whether ``Core/stopAll(aftermath:)`` ended it: nothing more is added, and its transfers that end paused
-        /// (files whose publication it waited for) are settled as cancelled.
+        /// Whether ``Core/stopAll(aftermath:)`` ended it: nothing more is added, and the running transfers it left to
+        /// end are settled as cancelled when they end paused.
         var isStopped = false
 
         var isFinished: Bool { self.report != nil }
@@ -791,8 +791,8 @@ extension TransferManager {
                 if let signal = self.transfers[id]!.stopSignal { aftermath.stopSignals.append(signal) }
             case .reportPaused:
                 self.emit(id, .paused)
-                // A file whose publication ``stopAll(aftermath:)`` waited for ended stopped (its rename failed after
-                // the stop): its batches take it as the others, cancelled.
+                // A running transfer ``stopAll(aftermath:)`` left to end ended stopped: its stopped batches take it
+                // as the others, cancelled.
                 if let batchIDs = self.transfers[id]?.batches {
                     for batchID in batchIDs
                     where self.batches[batchID]?.isStopped == true && self.batches[batchID]?.pending[id] != nil {

@@ -169,11 +169,20 @@ struct TransferOptions: ParsableArguments {
         } else {
             return HostCredentials()
         }
+        return try Self.parse(path, as: "netrc file", with: HostCredentials.init(netrc:))
+    }
+
+    /// The file at `path`, read and parsed by `parse`; an error names the file (`kind` when it cannot be read).
+    private static func parse<Value>(
+        _ path: String,
+        as kind: String,
+        with parse: (String) throws(HaulError) -> Value
+    ) throws(HaulError) -> Value {
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw HaulError(.invalidRequest, "Cannot read the netrc file \(path)")
+            throw HaulError(.invalidRequest, "Cannot read the \(kind) \(path)")
         }
         do {
-            return try HostCredentials(netrc: text)
+            return try parse(text)
         } catch {
             throw HaulError(.invalidRequest, "\(path): \(error.message)")
         }
@@ -201,14 +210,7 @@ struct TransferOptions: ParsableArguments {
     /// The cookies of `--load-cookies`; none without it.
     func cookieJar() throws(HaulError) -> CookieJar {
         guard let path = self.cookieFile else { return CookieJar() }
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw HaulError(.invalidRequest, "Cannot read the cookie file \(path)")
-        }
-        do {
-            return try CookieJar(netscape: text)
-        } catch {
-            throw HaulError(.invalidRequest, "\(path): \(error.message)")
-        }
+        return try Self.parse(path, as: "cookie file") { text throws(HaulError) in try CookieJar(netscape: text) }
     }
 
     /// The proxies: `--proxy` for every request, else the environment's (``ProxySettings/init(environment:)``), with
@@ -247,7 +249,7 @@ struct TransferOptions: ParsableArguments {
         // Checked in `validate()`.
         configuration.proxies = (try? self.proxySettings()) ?? ProxySettings()
         configuration.hostCredentials = (try? self.hostCredentials()) ?? HostCredentials()
-        configuration.cookies = (try? self.cookieStorage()) ?? nil
+        configuration.cookies = try? self.cookieStorage()
         configuration.idleTimeout = .milliseconds(Int64(self.timeout * 1000))
         configuration.connectTimeout = .milliseconds(Int64(self.connectTimeout * 1000))
         configuration.maximumRedirects = self.maxRedirects

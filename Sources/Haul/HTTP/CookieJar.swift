@@ -45,11 +45,9 @@ public struct CookieJar: Sendable, Hashable {
         func matches(host: String, path: String, isSecure: Bool, now: Double) -> Bool {
             if self.isSecure && !isSecure { return false }
             if let expires = self.expires, expires <= now { return false }
-            let domainMatches =
-                host == self.domain
-                || (self.includesSubdomains && host.hasSuffix(self.domain)
-                    && host.dropLast(self.domain.count).hasSuffix("."))
-            guard domainMatches else { return false }
+            guard self.includesSubdomains ? host.isWithin(domain: self.domain) : host == self.domain else {
+                return false
+            }
             if path == self.path || self.path == "/" { return true }
             guard path.hasPrefix(self.path) else { return false }
             return self.path.hasSuffix("/") || path.dropFirst(self.path.count).hasPrefix("/")
@@ -170,8 +168,7 @@ public struct CookieJar: Sendable, Hashable {
         var includesSubdomains = false
         if var domain {
             while domain.hasPrefix(".") { domain.removeFirst() }
-            let covers = host == domain || (host.hasSuffix(domain) && host.dropLast(domain.count).hasSuffix("."))
-            guard covers, domain.contains(".") || domain == host else { return nil }
+            guard host.isWithin(domain: domain), domain.contains(".") || domain == host else { return nil }
             includesSubdomains = domain != host || !Self.isAddress(host)
         }
         let requestPath = url.path(percentEncoded: true)
@@ -180,7 +177,7 @@ public struct CookieJar: Sendable, Hashable {
             ? String(requestPath[..<requestPath.lastIndex(of: "/")!]) : "/"
         return Cookie(
             domain: domain ?? host,
-            includesSubdomains: domain == nil ? false : includesSubdomains,
+            includesSubdomains: includesSubdomains,
             path: path ?? defaultPath,
             isSecure: isSecure,
             expires: expires,

@@ -46,8 +46,9 @@ struct HTTPTransport: Sendable {
 
     /// Makes the shared client for a manager's configuration: HTTP/1.1 (faster than HTTP/2 for bulk data here),
     /// no decompression (files are stored as sent), the idle timeout as the read timeout (it catches stalled
-    /// bodies, which a request deadline does not; a server that stops taking an upload is caught by ``UploadBody``), no silent connection retries (Haul decides about retries), and
-    /// no redirects (Haul follows them itself, to decide which headers may follow).
+    /// bodies, which a request deadline does not; a server that stops taking an upload is caught by ``UploadBody``),
+    /// no silent connection retries (Haul decides about retries), and no redirects (Haul follows them itself, to
+    /// decide which headers may follow).
     ///
     /// - Throws: ``HaulError/Code/invalidRequest`` when a file of ``TransferManager/Configuration/
     ///   additionalTrustedCertificates`` holds no certificate.
@@ -151,7 +152,9 @@ struct HTTPTransport: Sendable {
     /// Closes the connections; every transfer has ended.
     func shutDown() async throws {
         self.pool.shutDown()
-        for client in self.extras?.proxiedClients.values ?? [:].values { try? await client.shutdown() }
+        if let extras = self.extras {
+            for client in extras.proxiedClients.values { try? await client.shutdown() }
+        }
         try await self.client.shutdown()
     }
 
@@ -375,11 +378,7 @@ struct HTTPTransport: Sendable {
     static func statusError(_ status: HTTPResponseStatus, _ headers: HTTPHeaders, body: String?) -> HaulError {
         let code = Int(status.code)
         // 407 comes from a proxy, never from the server the URL names.
-        var message =
-            code == 407
-            ? "The proxy asked for credentials (407 Proxy Authentication Required): give them in its URL, "
-                + "http://user:password@host:port"
-            : "The server answered \(code) \(status.reasonPhrase)"
+        var message = code == 407 ? Self.proxyWantsCredentials : "The server answered \(code) \(status.reasonPhrase)"
         let detail = (body ?? "").split(whereSeparator: \.isNewline).first.map { String($0.prefix(200)) } ?? ""
         let isText = headers.first(name: "content-type").map { $0.hasPrefix("text/plain") } ?? false
         if isText, !detail.trimmingCharacters(in: .whitespaces).isEmpty { message += ": \(detail)" }
@@ -450,6 +449,12 @@ struct HTTPTransport: Sendable {
         "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
     }
 
+    /// What a proxy's 407 says: to the proxy's own connections (plain http) as a response, through AsyncHTTPClient's
+    /// tunnel (https) as an error.
+    static let proxyWantsCredentials =
+        "The proxy asked for credentials (407 Proxy Authentication Required): give them in its URL, "
+        + "http://user:password@host:port"
+
     /// The Haul error for an error thrown by the client or by a body iteration.
     static func haulError(for error: any Error, url: URL, receivedBody: Bool) -> any Error {
         if error is HaulError || error is CancellationError { return error }
@@ -479,13 +484,7 @@ struct HTTPTransport: Sendable {
                     underlying: error
                 )
             case .proxyAuthenticationRequired:
-                return HaulError(
-                    .httpStatus,
-                    "The proxy asked for credentials (407 Proxy Authentication Required): give them in its URL, "
-                        + "http://user:password@host:port",
-                    httpStatus: 407,
-                    underlying: error
-                )
+                return HaulError(.httpStatus, Self.proxyWantsCredentials, httpStatus: 407, underlying: error)
             case .invalidProxyResponse:
                 return HaulError(
                     .invalidResponse,

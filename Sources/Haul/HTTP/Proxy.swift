@@ -144,7 +144,7 @@ public struct ProxySettings: Sendable, Hashable {
             if domain.hasPrefix("[") && domain.hasSuffix("]") { domain = domain.dropFirst().dropLast() }
             while domain.hasPrefix(".") { domain = domain.dropFirst() }
             guard !domain.isEmpty else { return false }
-            return host == domain || (host.hasSuffix(domain) && host.dropLast(domain.count).hasSuffix("."))
+            return host.isWithin(domain: domain)
         }
     }
 }
