@@ -225,7 +225,12 @@ struct TransferOptions: ParsableArguments {
             if let proxy = self.proxy { ProxySettings(all: try Proxy(parsing: proxy)) } else {
                 try ProxySettings(environment: environment)
             }
-        if self.proxy != nil { settings.bypass = try ProxySettings(environment: environment).bypass }
+        // With --proxy the environment's proxies are not asked for (one curl could not use must not stop it): only
+        // its hosts to reach directly.
+        if self.proxy != nil {
+            settings.bypass = try ProxySettings(environment: environment.filter { $0.key.lowercased() == "no_proxy" })
+                .bypass
+        }
         if let noProxy = self.noProxy { settings.bypass = ProxySettings.hosts(in: noProxy) }
         return settings
     }
