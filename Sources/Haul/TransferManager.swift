@@ -377,7 +377,7 @@ public final class TransferManager: Sendable {
             )
         }
         // Transfers this manager has met since (a failed one submitted again) are in the store through it.
-        let met = self.core.withLockedValue { core in requests.map { core.knows($0.id) } }
+        let met = self.core.withLockedValue { $0.knows(requests) }
         let stored = requests.indices.filter { met[$0] || known?.mayContain(requests[$0].id) ?? true }
         var persisted = [Persisted?](repeating: nil, count: requests.count)
         guard !stored.isEmpty else { return persisted }
