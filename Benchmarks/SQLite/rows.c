@@ -12,8 +12,9 @@
  * own would), `from` (a transaction's completions as one UPDATE ... FROM (VALUES ...)), `nomutex` (the connection in
  * multi-thread mode), `nosecure` (PRAGMA secure_delete = OFF), `norowid` (the table WITHOUT ROWID, keyed by its
  * identifier alone), `byrowid` (each completion finds its row by rowid, as a store that remembered each insert's
- * rowid could, instead of through the identifier's index). The database is /dev/shm/haul-rows.db. Not part of
- * `swift test`.
+ * rowid could, instead of through the identifier's index), `intkey` (the identifier's 64-bit number is the row's
+ * INTEGER PRIMARY KEY, its rowid: no text key and no index beside the table; inserts and completions bind the number).
+ * The database is /dev/shm/haul-rows.db. Not part of `swift test`.
  */
 #include <sqlite3.h>
 #include <stdio.h>
@@ -76,6 +77,7 @@ static void check(int code, sqlite3 *db) {
 
 int main(int argc, char **argv) {
     int narrow = has(argc, argv, "narrow"), from = has(argc, argv, "from"), byrowid = has(argc, argv, "byrowid");
+    int intkey = has(argc, argv, "intkey");
     unlink("/dev/shm/haul-rows.db");
     unlink("/dev/shm/haul-rows.db-wal");
     unlink("/dev/shm/haul-rows.db-shm");
@@ -89,6 +91,13 @@ int main(int argc, char **argv) {
     char schema[4096];
     snprintf(schema, sizeof schema, "%s", narrow ? narrow_schema : wide_schema);
     if (has(argc, argv, "norowid")) strcpy(schema + strlen(schema) - 1, " WITHOUT ROWID;");
+    if (intkey) {
+        // "id TEXT PRIMARY KEY NOT NULL" becomes "id INTEGER PRIMARY KEY": the rowid itself.
+        const char *text_key = "id TEXT PRIMARY KEY NOT NULL", *integer_key = "id INTEGER PRIMARY KEY";
+        char *key = strstr(schema, text_key);
+        memmove(key + strlen(integer_key), key + strlen(text_key), strlen(key + strlen(text_key)) + 1);
+        memcpy(key, integer_key, strlen(integer_key));
+    }
     check(sqlite3_exec(db, schema, NULL, NULL, NULL), db);
 
     static char ids[ROWS][17];
@@ -105,7 +114,8 @@ int main(int argc, char **argv) {
             char url[64], name[32];
             snprintf(url, sizeof url, "http://127.0.0.1:18431/small/f%06d.bin", k);
             snprintf(name, sizeof name, "[\"f%06d.bin\"]", k);
-            sqlite3_bind_text(insert, 1, ids[k], 16, SQLITE_STATIC);
+            if (intkey) sqlite3_bind_int64(insert, 1, (sqlite3_int64)strtoull(ids[k], NULL, 16));
+            else sqlite3_bind_text(insert, 1, ids[k], 16, SQLITE_STATIC);
             sqlite3_bind_text(insert, 2, url, -1, SQLITE_TRANSIENT);
             sqlite3_bind_text(insert, 3, name, -1, SQLITE_TRANSIENT);
             sqlite3_bind_text(insert, 4, owner, -1, SQLITE_STATIC);
@@ -149,6 +159,7 @@ int main(int argc, char **argv) {
             if (!from) {
                 // Rows were inserted in order into an empty table: row k has rowid k + 1.
                 if (byrowid) sqlite3_bind_int64(update, c++, k + 1);
+                else if (intkey) sqlite3_bind_int64(update, c++, (sqlite3_int64)strtoull(ids[k], NULL, 16));
                 else sqlite3_bind_text(update, c++, ids[k], 16, SQLITE_STATIC);
                 sqlite3_bind_text(update, c++, owner, -1, SQLITE_STATIC);
                 sqlite3_bind_double(update, c++, 1.6e9);

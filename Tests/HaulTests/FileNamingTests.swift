@@ -278,6 +278,18 @@ struct DerivedIdentifierTests {
         #expect("\(derived)" == "202217891a3d3dd1")
     }
 
+    @Test func chosenIdentifiersThatDifferOnlyInTheirFirstDigitsSpreadOverATablesBuckets() {
+        // A table of 1,024 buckets files a hash by its last ten bits: identifiers whose numbers differ only above them
+        // must not share a bucket, as they would if the number were the hash. Random hashes fill about 647.
+        let identifiers = (0..<1024).map { TransferID(String(format: "%016llx", UInt64($0) << 40)) }
+        for seed in [0, 1, -7, 0x5eed_f00d] {
+            let buckets = Set(identifiers.map { $0._rawHashValue(seed: seed) & 1023 })
+            #expect(buckets.count > 550)
+        }
+        #expect(Set(identifiers).count == 1024)
+        #expect(identifiers.allSatisfy { $0._rawHashValue(seed: 3) == TransferID($0.rawValue)._rawHashValue(seed: 3) })
+    }
+
     @Test func textThatIsNotSixteenLowerCaseHexDigitsIsKeptAsItIs() {
         // Upper case, one digit more or less, a letter past f, other text (sixteen bytes of UTF-8 in eight
         // characters too): each its own identifier, text unchanged.
