@@ -279,13 +279,15 @@ final class ConnectionPool: Sendable {
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    // Haul's request encoder and response decoder in place of SwiftNIO's, and no validator:
-                    // ``requestHead(_:origin:headers:)`` checks each request as it is made (the validator looked at
-                    // it again in the pipeline, about 4,500 instructions a request).
-                    try pipeline.addHandler(HTTP1RequestEncoder())
-                    try pipeline.addHandler(HTTP1ResponseHandler(oneRequestAtATime: true))
+                    // Haul's request encoder (in the connection's handler) and response decoder in place of
+                    // SwiftNIO's, and no validator: ``requestHead(_:origin:headers:)`` checks each request as it is
+                    // made (the validator looked at it again in the pipeline, about 4,500 instructions a request).
+                    // The decoder hands its parts to the connection's handler directly (``HTTP1ResponsePartSink``),
+                    // so the read timeout watches the bytes as they are read, ahead of it.
+                    let connection = HTTP1ConnectionHandler(pool: self, origin: origin)
                     try pipeline.addHandler(IdleStateHandler(readTimeout: idleTimeout))
-                    try pipeline.addHandler(HTTP1ConnectionHandler(pool: self, origin: origin))
+                    try pipeline.addHandler(HTTP1ResponseHandler(oneRequestAtATime: true, sink: connection))
+                    try pipeline.addHandler(connection)
                 }
             }
         let connecting = configured.connect(host: proxy?.host ?? origin.host, port: proxy?.port ?? origin.port)

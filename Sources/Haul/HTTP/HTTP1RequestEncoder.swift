@@ -1,41 +1,21 @@
 import NIOCore
 import NIOHTTP1
 
-/// Writes the requests of Haul's own connections: a GET's head as one buffer of its exact size, and nothing for its
-/// end. These connections carry downloads only (uploads and deletions go through AsyncHTTPClient), so a request has
-/// no body and no framing fields; a body part is refused.
+/// Writes the requests of Haul's own connections: a GET's head as one buffer of its exact size, which is the whole
+/// request. These connections carry downloads only (uploads and deletions go through AsyncHTTPClient), so a request
+/// has no body and no framing fields.
 ///
 /// SwiftNIO's `HTTPRequestEncoder` wrote a head a piece at a time into a buffer that grew as it went (nineteen writes,
 /// each with its checks, and a reallocation, for a head of three fields), looked for framing fields, and wrote an
-/// empty buffer for the end: about 7,000 instructions a request (`callgrind`, 2,000 small files). Its place in the
-/// pipeline is the same. The response decoder (``HTTP1ResponseDecoder``) needs no request part: every request here is a
-/// GET.
-final class HTTP1RequestEncoder: ChannelOutboundHandler, RemovableChannelHandler {
-    typealias OutboundIn = HTTPClientRequestPart
-    typealias OutboundOut = IOData
-
+/// empty buffer for the end: about 7,000 instructions a request (`callgrind`, 2,000 small files). The connection's
+/// ``HTTP1ConnectionHandler`` calls it and writes the buffer: as a handler of its own in the pipeline, it took each
+/// request part cast back from `Any` (about 475 instructions a part, two a request). The response decoder
+/// (``HTTP1ResponseDecoder``) needs no request part: every request here is a GET.
+final class HTTP1RequestEncoder {
     /// The last head's buffer: once the socket has written it, nothing else holds it, and the next head is written
     /// into it in place (a connection sends one request at a time). Used on the channel's event loop only, never
     /// while in use (no run-time exclusivity check).
     @exclusivity(unchecked) private var buffer: ByteBuffer?
-
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        switch self.unwrapOutboundIn(data) {
-        case .head(let head):
-            let encoded = self.encode(head, allocator: context.channel.allocator)
-            context.write(self.wrapOutboundOut(.byteBuffer(encoded)), promise: promise)
-        case .end(nil):
-            // The request ended with its head. A promise is kept in the order of the writes.
-            guard let promise else { return }
-            context.write(
-                self.wrapOutboundOut(.byteBuffer(context.channel.allocator.buffer(capacity: 0))),
-                promise: promise
-            )
-        case .body, .end(.some):
-            promise?.fail(ChannelError.operationUnsupported)
-            context.fireErrorCaught(ChannelError.operationUnsupported)
-        }
-    }
 
     /// `METHOD target HTTP/x.y`, a line per field, and the empty line, each ending in CR LF.
     func encode(_ head: HTTPRequestHead, allocator: ByteBufferAllocator) -> ByteBuffer {
