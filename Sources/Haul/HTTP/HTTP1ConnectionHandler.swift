@@ -44,11 +44,11 @@ final class HTTP1Exchange: ResponseRequest {
     }
 }
 
-/// The handler at the end of each of Haul's plain-http connections (after SwiftNIO's HTTP/1.1 codec and a read
-/// timeout): it sends an exchange's request, hands the response to the exchange's ``ResponseStream`` as it arrives,
-/// reads no further while the stream asks to wait (the bandwidth limits, a body not yet given a writer), and at the
-/// end gives the connection back to its ``ConnectionPool`` or closes it. What it decides, it asks of
-/// ``HTTP1Connection/StateMachine``.
+/// The handler at the end of each of Haul's plain-http connections (after a read timeout and Haul's response decoder,
+/// whose parts it takes directly): it sends an exchange's request, hands the response to the exchange's
+/// ``ResponseStream`` as it arrives, reads no further while the stream asks to wait (the bandwidth limits, a body not
+/// yet given a writer), and at the end gives the connection back to its ``ConnectionPool`` or closes it. What it
+/// decides, it asks of ``HTTP1Connection/StateMachine``.
 final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink {
     typealias InboundIn = HTTPClientResponsePart
     typealias OutboundIn = HTTP1Exchange
