@@ -357,8 +357,6 @@ extension TransferManager {
                 // It failed, was cancelled or skipped: a new submission starts it afresh.
                 self.finished[request.id] = nil
             }
-            // Optional, to be moved into the table at the end (`take()`): a record assigned there from a local was
-            // copied whole (a reference count for each of its strings, URL and arrays), and the local released.
             // The host checked before the record is made: asking the optional record whether it is `nil` took a
             // copy of it (860 instructions a request; a record's layout is known only at run time, through URL's).
             guard let host = self.lastOrigin.origin(of: request.url) else {
@@ -369,6 +367,8 @@ extension TransferManager {
                 self.settle(index: index, in: batchID, result: .failed(error), at: now, aftermath: &aftermath)
                 return
             }
+            // Optional, to be moved into the table at the end (`take()`): a record assigned there from a local was
+            // copied whole (a reference count for each of its strings, URL and arrays), and the local released.
             var newRecord: Record? = Self.makeRecord(for: request, host: host, configuration: self.configuration)
             // A completed row the request finds again is no one's to change (its file is there unchanged, or the
             // row is reopened below), so it keeps the lease its publisher left; any other row's lease left by a

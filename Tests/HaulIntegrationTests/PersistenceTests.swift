@@ -14,6 +14,14 @@ struct PersistenceTests {
         return configuration
     }
 
+    /// A store in `folder`, whose publishing records wait a minute for others to share their commit: longer than any
+    /// test sits out.
+    func lingeringConfiguration(in folder: URL) throws -> TransferManager.Configuration {
+        var configuration = self.configuration(try TransferStore(path: folder.appending(path: "state/state.sqlite")))
+        configuration.publishingLinger = .seconds(60)
+        return configuration
+    }
+
     /// Runs a first manager until `big` has 60,000 bytes on disk (the server stalls there), then ends its scope.
     func interruptedFirstRun(
         server: FaultInjectingServer,
@@ -60,11 +68,8 @@ struct PersistenceTests {
     @Test func theLastFileOfABatchIsRecordedAndRenamedWithoutWaitingForOthers() async throws {
         try await FaultInjectingServer.withServer(resources: ["/done": .init(body: Self.done)]) { server in
             try await withTemporaryDirectory { folder in
-                var configuration = self.configuration(
-                    try TransferStore(path: folder.appending(path: "state/state.sqlite"))
-                )
-                // A wait no test sits out: a record that waited for other files would miss the limit below.
-                configuration.publishingLinger = .seconds(60)
+                // A record that waited for other files would miss the limit below.
+                let configuration = try self.lingeringConfiguration(in: folder)
                 let started = ContinuousClock.now
                 let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
                     try await manager.enqueue([TransferRequest(url: server.url("/done"), into: folder)]).report()
@@ -79,11 +84,8 @@ struct PersistenceTests {
     @Test func aFileBeingPublishedWhenEverythingStopsIsReportedAsItEnds() async throws {
         try await FaultInjectingServer.withServer(resources: self.resources()) { server in
             try await withTemporaryDirectory { folder in
-                var configuration = self.configuration(
-                    try TransferStore(path: folder.appending(path: "state/state.sqlite"))
-                )
-                // While /big is on the network, /done's record waits this long for others to share its commit.
-                configuration.publishingLinger = .seconds(60)
+                // While /big is on the network, /done's record waits for others to share its commit.
+                let configuration = try self.lingeringConfiguration(in: folder)
                 let started = ContinuousClock.now
                 let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
                     let (batch, events) = try manager.enqueueWithEvents([

@@ -50,7 +50,8 @@ final class HTTP1Exchange: ResponseRequest {
 /// yet given a writer), and at the end gives the connection back to its ``ConnectionPool`` or closes it. What it
 /// decides, it asks of ``HTTP1Connection/StateMachine``.
 final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink {
-    typealias InboundIn = HTTPClientResponsePart
+    /// Nothing: the response's parts come from the decoder directly (``received(_:)``), not through the pipeline.
+    typealias InboundIn = Never
     typealias OutboundIn = HTTP1Exchange
     typealias OutboundOut = IOData
 
@@ -113,16 +114,8 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
         }
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        self.handle(self.unwrapInboundIn(data), context: context)
-    }
-
     func received(_ part: HTTPClientResponsePart) {
         guard let context = self.context else { return }
-        self.handle(part, context: context)
-    }
-
-    private func handle(_ part: HTTPClientResponsePart, context: ChannelHandlerContext) {
         switch part {
         case .head(let head):
             let action = self.machine.headReceived(keepAlive: HTTP1ResponseDecoder.keepsAlive(head))
