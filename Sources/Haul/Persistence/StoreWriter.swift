@@ -77,7 +77,7 @@ package final class StoreWriter: Sendable {
         mutating func unhold(_ id: TransferID) -> InsertedRow? {
             guard let index = self.heldIndex.removeValue(forKey: id) else { return nil }
             defer { self.held[index - self.heldBase] = nil }
-            guard case .insert(let row) = self.held[index - self.heldBase]?.operation else { return nil }
+            guard case .insert(let row) = self.held[index - self.heldBase]?.entry else { return nil }
             return row
         }
 
@@ -86,10 +86,15 @@ package final class StoreWriter: Sendable {
         mutating func releaseHeld(before flush: Int?) {
             var count = 0
             while count < self.held.count {
-                if let entry = self.held[count] {
-                    if let flush, entry.flush >= flush { break }
-                    if let id = entry.operation.insertedID { self.heldIndex[id] = nil }
-                    self.pending.append(entry.operation)
+                if let held = self.held[count] {
+                    if let flush, held.flush >= flush { break }
+                    switch held.entry {
+                    case .insert(let row):
+                        self.heldIndex[row.id] = nil
+                        self.pending.append(.insert(row))
+                    case .listComplete(let batchID):
+                        self.pending.append(.listComplete(batchID))
+                    }
                 }
                 count += 1
             }
@@ -100,7 +105,13 @@ package final class StoreWriter: Sendable {
 
     /// An operation held back, and the periodic flush it came after.
     private struct Held: Sendable {
-        var operation: StoreOperation
+        /// An insert or a list completion: one reference or one number, where a ``StoreOperation`` is several
+        /// words that copying it (out of the array, to look at it) retained.
+        enum Entry: Sendable {
+            case insert(InsertedRow)
+            case listComplete(BatchID)
+        }
+        var entry: Entry
         var flush: Int
     }
 
@@ -186,8 +197,8 @@ package final class StoreWriter: Sendable {
     package func enqueue(_ operation: StoreOperation) {
         self.state.withLockedValue { state in
             if let id = operation.transferID, let row = state.unhold(id) { state.pending.append(.insert(row)) }
-            if case .listComplete = operation, !state.heldIndex.isEmpty {
-                state.held.append(Held(operation: operation, flush: state.flushCount))
+            if case .listComplete(let batchID) = operation, !state.heldIndex.isEmpty {
+                state.held.append(Held(entry: .listComplete(batchID), flush: state.flushCount))
                 return
             }
             state.pending.append(operation)
@@ -209,7 +220,7 @@ package final class StoreWriter: Sendable {
                 return
             }
             state.heldIndex[row.id] = state.heldBase + state.held.count
-            state.held.append(Held(operation: .insert(row), flush: state.flushCount))
+            state.held.append(Held(entry: .insert(row), flush: state.flushCount))
         }
     }
 

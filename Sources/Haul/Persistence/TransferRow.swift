@@ -231,7 +231,7 @@ package enum StoreOperation: Sendable {
         case .insert(let item):
             let leases = item.row.state == TransferState.waiting.description
             try db.run(SQLText.insert[0], &statements) { bind in
-                bind.insertValues(of: item.row, owner: owner, now: now)
+                bind.insertValues(of: item, owner: owner, now: now)
                 bind.mine(owner, now)
             }
             let leased = leases && db.changesCount > 0
@@ -313,7 +313,7 @@ package enum StoreOperation: Sendable {
         case .insertPublishing(let item, let finalPath, let size, let sha256, let modified):
             try db.run(SQLText.insertPublishing[StoreOperation.bulkPublishingRows.count - 1], &statements) { bind in
                 bind.publishingValues(
-                    of: item.row,
+                    of: item,
                     finalPath: finalPath,
                     size: size,
                     sha256: sha256,
@@ -386,7 +386,7 @@ package enum StoreOperation: Sendable {
                 try db.run(SQLText.insert[level + 1], &statements) { bind in
                     for index in chunk.indices {
                         guard case .insert(let item) = chunk[index] else { continue }
-                        bind.insertValues(of: item.row, owner: owner, now: now)
+                        bind.insertValues(of: item, owner: owner, now: now)
                     }
                     bind.mine(owner, now)
                 }
@@ -441,7 +441,7 @@ package enum StoreOperation: Sendable {
                             ]
                         else { continue }
                         bind.publishingValues(
-                            of: item.row,
+                            of: item,
                             finalPath: finalPath,
                             size: size,
                             sha256: sha256,
@@ -544,59 +544,61 @@ extension StatementBinder {
         self.bind(now)
     }
 
-    /// Binds one row of ``SQLText/insert``'s values; a row in state `waiting` is leased to `owner`.
-    mutating func insertValues(of row: TransferRow, owner: String, now: Double) {
-        let leases = row.state == TransferState.waiting.description
-        self.bind(row.id)
-        self.bind(row.url)
-        self.bind(row.destinationKind)
-        self.bind(row.destinationPath)
-        self.bind(row.folder)
-        self.bind(row.nameComponents)
-        self.bind(row.usesContentDisposition)
-        self.bind(row.conflictPolicy)
-        self.bind(row.headers)
-        self.bind(row.checksum)
-        self.bind(row.expectedSize)
-        self.bind(row.computesSHA256)
-        self.bind(row.state)
-        self.bind(row.bytesOnDisk)
-        self.bind(row.totalSize)
-        self.bind(row.etag)
-        self.bind(row.lastModified)
+    /// Binds one row of ``SQLText/insert``'s values; a row in state `waiting` is leased to `owner`. The row's fields
+    /// are read where they are: a row passed as a value was copied out of its `InsertedRow` (a retain and a release of
+    /// each of its strings).
+    mutating func insertValues(of item: InsertedRow, owner: String, now: Double) {
+        let leases = item.row.state == TransferState.waiting.description
+        self.bind(item.row.id)
+        self.bind(item.row.url)
+        self.bind(item.row.destinationKind)
+        self.bind(item.row.destinationPath)
+        self.bind(item.row.folder)
+        self.bind(item.row.nameComponents)
+        self.bind(item.row.usesContentDisposition)
+        self.bind(item.row.conflictPolicy)
+        self.bind(item.row.headers)
+        self.bind(item.row.checksum)
+        self.bind(item.row.expectedSize)
+        self.bind(item.row.computesSHA256)
+        self.bind(item.row.state)
+        self.bind(item.row.bytesOnDisk)
+        self.bind(item.row.totalSize)
+        self.bind(item.row.etag)
+        self.bind(item.row.lastModified)
         self.bind(now)
-        self.bind(row.operation)
+        self.bind(item.row.operation)
         self.bind(leases ? owner : nil)
         self.bind(leases ? now + TransferStore.insertLeaseDuration : nil)
     }
 }
 
 extension StatementBinder {
-    /// Binds the values of ``SQLText/insertPublishing`` up to its `updatedAt`: `row`'s, completed as `finalPath`.
+    /// Binds the values of ``SQLText/insertPublishing`` up to its `updatedAt`: `item`'s row, completed as `finalPath`.
     mutating func publishingValues(
-        of row: TransferRow,
+        of item: InsertedRow,
         finalPath: String,
         size: Int64,
         sha256: String?,
         modified: Double?
     ) {
-        self.bind(row.id)
-        self.bind(row.url)
-        self.bind(row.destinationKind)
-        self.bind(row.destinationPath)
-        self.bind(row.folder)
-        self.bind(row.nameComponents)
-        self.bind(row.usesContentDisposition)
-        self.bind(row.conflictPolicy)
-        self.bind(row.headers)
-        self.bind(row.checksum)
-        self.bind(row.expectedSize)
-        self.bind(row.computesSHA256)
+        self.bind(item.row.id)
+        self.bind(item.row.url)
+        self.bind(item.row.destinationKind)
+        self.bind(item.row.destinationPath)
+        self.bind(item.row.folder)
+        self.bind(item.row.nameComponents)
+        self.bind(item.row.usesContentDisposition)
+        self.bind(item.row.conflictPolicy)
+        self.bind(item.row.headers)
+        self.bind(item.row.checksum)
+        self.bind(item.row.expectedSize)
+        self.bind(item.row.computesSHA256)
         self.bind(size)
         self.bind(size)
-        self.bind(row.etag)
-        self.bind(row.lastModified)
-        self.bind(row.operation)
+        self.bind(item.row.etag)
+        self.bind(item.row.lastModified)
+        self.bind(item.row.operation)
         self.bind(finalPath)
         self.bind(size)
         self.bind(modified)
