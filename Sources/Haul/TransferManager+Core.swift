@@ -416,12 +416,7 @@ extension TransferManager {
                         )
                     )
                 }
-                if persisted == nil {
-                    // New to the store: held back while this manager is alone on it (``StoreWriter/enqueueNew(_:)``).
-                    store.enqueueNew(self.insertedRow(record, state: .waiting, as: index, of: batchID))
-                } else {
-                    store.enqueue(self.insert(record, state: .waiting, as: index, of: batchID))
-                }
+                store.enqueue(self.insert(record, state: .waiting, as: index, of: batchID))
             }
             let (expectedBytes, receivedBytes) = (record.expectedBytes, record.receivedBytes)
             self.transfers[request.id] = consume record
@@ -1253,22 +1248,8 @@ extension TransferManager.Core {
         as position: Int,
         of batchID: BatchID
     ) -> StoreOperation {
-        .insert(self.insertedRow(record, state: state, as: position, of: batchID))
-    }
-
-    /// The row ``insert(_:state:as:of:)`` inserts.
-    mutating func insertedRow(
-        _ record: TransferManager.Record,
-        state: TransferState,
-        as position: Int,
-        of batchID: BatchID
-    ) -> InsertedRow {
-        InsertedRow(
-            batchID: batchID,
-            position: position,
-            row: self.row(for: record, state: state),
-            id: record.request.id
-        )
+        let row = self.row(for: record, state: state)
+        return .insert(InsertedRow(batchID: batchID, position: position, row: row, id: record.request.id))
     }
 
     /// The store's row for a record.

@@ -46,7 +46,7 @@ public final class TransferManager: Sendable {
         let (deliveries, deliveryContinuation) = AsyncStream<ObserverMailbox>.makeStream()
         self.deliveries = deliveries
         self.storeWriter = configuration.store.map {
-            StoreWriter(store: $0, publishingLinger: configuration.publishingLinger, holdsNewRows: true)
+            StoreWriter(store: $0, publishingLinger: configuration.publishingLinger)
         }
         let eventClock =
             configuration.eventDeliveryInterval > .zero

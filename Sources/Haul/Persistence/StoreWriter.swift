@@ -7,11 +7,6 @@ import NIOConcurrencyHelpers
 /// lock) and reach the database in one transaction every ``flushInterval``, so no database I/O ever happens under
 /// the lock or per chunk. A change is on disk at most one interval after it happened; the partial files themselves
 /// are the truth for how many bytes are there.
-///
-/// A manager's writer alone on its store (``StoreSharing``) holds new transfers' rows back for up to two intervals
-/// (``enqueueNew(_:)``): a small file that completes meanwhile has its row written once, completed, before its rename,
-/// rather than inserted before its request and updated after. On 2,000 small files that took the store from about
-/// 70,000 instructions a file to about 57,000, and a manager's first requests no longer wait for a transaction.
 package final class StoreWriter: Sendable {
     /// How often queued changes are written. 100 ms: a killed process loses at most that much bookkeeping, and
     /// nothing of the files.
@@ -27,8 +22,6 @@ package final class StoreWriter: Sendable {
     let store: TransferStore
     /// This manager's name in leases: unique per manager, so two processes (or two managers) never share one.
     let owner = LeaseOwner.current()
-    /// Whether this writer is alone on its store, and how others ask to share it.
-    let sharing: StoreSharing
     private let state = NIOLockedValueBox(State())
     private let lastErrorBox = NIOLockedValueBox<(any Error)?>(nil)
     /// The statements of this writer's transactions, prepared once on the store's connection and kept from one
@@ -60,59 +53,6 @@ package final class StoreWriter: Sendable {
         /// Transfers whose lease this manager took when their row was inserted, and until when it may rely on it
         /// (a margin before the lease expires); removed when something gives the lease up.
         var leasedAtInsert: [TransferID: Double] = [:]
-        /// Whether new transfers' inserts are held back (``enqueueNew(_:)``): while this writer is alone on its store.
-        var holdsRows = false
-        /// The held inserts, in order, with the batches' list completions queued behind them; `nil` where one has
-        /// gone early (a later operation on its transfer, or its completion). Each with the number of the periodic
-        /// flush it came after: the next but one writes it.
-        var held: [Held?] = []
-        /// The position in ``held`` of each held insert, counted from the first ever held (``heldBase``).
-        var heldIndex: [TransferID: Int] = [:]
-        /// How many entries have left the front of ``held``.
-        var heldBase = 0
-        /// How many periodic flushes there have been.
-        var flushCount = 0
-
-        /// Takes `id`'s held insert out, if it is held.
-        mutating func unhold(_ id: TransferID) -> InsertedRow? {
-            guard let index = self.heldIndex.removeValue(forKey: id) else { return nil }
-            defer { self.held[index - self.heldBase] = nil }
-            guard case .insert(let row) = self.held[index - self.heldBase]?.entry else { return nil }
-            return row
-        }
-
-        /// Moves the held entries that came before periodic flush `flush` (all of them when `nil`) to the queue, in
-        /// order.
-        mutating func releaseHeld(before flush: Int?) {
-            var count = 0
-            while count < self.held.count {
-                if let held = self.held[count] {
-                    if let flush, held.flush >= flush { break }
-                    switch held.entry {
-                    case .insert(let row):
-                        self.heldIndex[row.id] = nil
-                        self.pending.append(.insert(row))
-                    case .listComplete(let batchID):
-                        self.pending.append(.listComplete(batchID))
-                    }
-                }
-                count += 1
-            }
-            self.held.removeFirst(count)
-            self.heldBase += count
-        }
-    }
-
-    /// An operation held back, and the periodic flush it came after.
-    private struct Held: Sendable {
-        /// An insert or a list completion: one reference or one number, where a ``StoreOperation`` is several
-        /// words that copying it (out of the array, to look at it) retained.
-        enum Entry: Sendable {
-            case insert(InsertedRow)
-            case listComplete(BatchID)
-        }
-        var entry: Entry
-        var flush: Int
     }
 
     /// What the writer is doing.
@@ -151,19 +91,10 @@ package final class StoreWriter: Sendable {
         }
     }
 
-    /// A writer on `store`. With `holdsNewRows` (a manager's writer), it holds new transfers' rows back while it is
-    /// alone on the store (``enqueueNew(_:)``).
-    package init(
-        store: TransferStore,
-        publishingLinger: Duration = StoreWriter.publishingLinger,
-        holdsNewRows: Bool = false
-    ) {
+    package init(store: TransferStore, publishingLinger: Duration = StoreWriter.publishingLinger) {
         self.store = store
         self.linger = publishingLinger
-        self.sharing = StoreSharing(databasePath: store.filePath, wantsAlone: holdsNewRows)
         LeaseOwner.register(self.owner)
-        let alone = self.sharing.standing == .alone
-        self.state.withLockedValue { $0.holdsRows = alone }
     }
 
     deinit {
@@ -171,15 +102,10 @@ package final class StoreWriter: Sendable {
     }
 
     /// The manager has ended: its leases (those on completions recorded before their renames, which stay) are free
-    /// at once for the other managers of this process, as a killed process's are for other processes, and other
-    /// writers need not wait for it to share the store.
+    /// at once for the other managers of this process, as a killed process's are for other processes.
     package func retire() {
         LeaseOwner.unregister(self.owner)
-        self.sharing.close()
     }
-
-    /// How many inserts are held back now (for tests).
-    package var heldCount: Int { self.state.withLockedValue { $0.heldIndex.count } }
 
     /// How many transactions this writer has run.
     package var transactionCount: Int { self.state.withLockedValue { $0.transactionCount } }
@@ -192,42 +118,17 @@ package final class StoreWriter: Sendable {
         self.state.withLockedValue { if case .lingering = $0.phase { true } else { false } }
     }
 
-    /// Queues an operation. One on a transfer whose insert is held back goes after that insert, which goes now; a
-    /// batch's list completion waits behind the inserts held back.
+    /// Queues an operation.
     package func enqueue(_ operation: StoreOperation) {
         self.state.withLockedValue { state in
-            if let id = operation.transferID, let row = state.unhold(id) { state.pending.append(.insert(row)) }
-            if case .listComplete(let batchID) = operation, !state.heldIndex.isEmpty {
-                state.held.append(Held(entry: .listComplete(batchID), flush: state.flushCount))
-                return
-            }
             state.pending.append(operation)
             if let id = operation.releasedLease { state.leasedAtInsert[id] = nil }
-        }
-    }
-
-    /// Queues the insert of a transfer the store did not have when the manager looked (a new one). While this writer
-    /// is alone on its store (``StoreSharing``), the insert is held back: the transfer may start at once (no one else
-    /// can take it: ``claim(_:)``), and when it completes before the insert is written, its row is written once,
-    /// completed (``StoreOperation/insertPublishing(_:finalPath:size:sha256:modified:)``). Any other operation on the
-    /// transfer writes the insert first; the periodic flush after next writes it in any case (so a queued transfer
-    /// is in the store within two of them), and so does the writer before it shares the store.
-    func enqueueNew(_ row: InsertedRow) {
-        self.store.willWriteTransfers()
-        self.state.withLockedValue { state in
-            guard state.holdsRows else {
-                state.pending.append(.insert(row))
-                return
-            }
-            state.heldIndex[row.id] = state.heldBase + state.held.count
-            state.held.append(Held(entry: .insert(row), flush: state.flushCount))
         }
     }
 
     /// Writes what is queued now, and then `last`, in one transaction, and waits until it is written. Blocks its
     /// thread: for the end of a manager's scope and for benchmarks, not for transfers.
     package func flush(adding last: StoreOperation? = nil) {
-        self.state.withLockedValue { $0.releaseHeld(before: nil) }
         let done = DispatchSemaphore(value: 0)
         self.submit(adding: last.map { [$0] } ?? [], timing: .promptly) { done.signal() }
         done.wait()
@@ -235,28 +136,13 @@ package final class StoreWriter: Sendable {
 
     /// Starts writing what is queued now, in one transaction, and returns at once (the periodic flush): it joins a
     /// transaction already waited for rather than cutting the wait short.
-    ///
-    /// Inserts held back since before the last periodic flush go too. A writer alone on its store that finds another
-    /// waiting to share it writes every insert it holds and then shares (``StoreSharing``).
     func flushInBackground() {
-        let mayShare = self.state.withLockedValue { state -> Bool in
-            state.flushCount += 1
-            state.releaseHeld(before: state.flushCount - 1)
-            return state.holdsRows
-        }
-        guard mayShare, self.sharing.someoneWaits() else { return self.submit(adding: [], timing: .withOthers) {} }
-        self.state.withLockedValue { state in
-            state.holdsRows = false
-            state.releaseHeld(before: nil)
-        }
-        let sharing = self.sharing
-        self.submit(adding: [], timing: .promptly) { sharing.share() }
+        self.submit(adding: [], timing: .withOthers) {}
     }
 
     /// Starts writing what is queued now and returns at once, cutting short a wait for publishing records under way:
     /// nothing else is coming to share it (every transfer has been stopped).
     func flushPromptly() {
-        self.state.withLockedValue { $0.releaseHeld(before: nil) }
         self.submit(adding: [], timing: .promptly) {}
     }
 
@@ -273,11 +159,9 @@ package final class StoreWriter: Sendable {
     /// Claims a transfer before its request, writing what is queued up to the transfer's row first (the rest waits
     /// for the next transaction); suspends, never blocks, while the database works.
     nonisolated(nonsending) func claim(_ id: TransferID) async -> TransferStore.Claim {
-        // Leased when its row was inserted, and nothing gave the lease up since, or new and held back by a writer
-        // alone on its store: no transaction to wait for.
+        // Leased when its row was inserted, and nothing gave the lease up since: no transaction to wait for.
         let leased = self.state.withLockedValue { state in
-            if state.heldIndex[id] != nil { return true }
-            return state.leasedAtInsert.removeValue(forKey: id).map { $0 > Date().timeIntervalSince1970 } ?? false
+            state.leasedAtInsert.removeValue(forKey: id).map { $0 > Date().timeIntervalSince1970 } ?? false
         }
         if leased { return .claimed }
         let owner = self.owner
@@ -360,19 +244,7 @@ package final class StoreWriter: Sendable {
                 // Moved, not copied: the queued operations hold whole rows.
                 swap(&job.operations, &state.pending)
             }
-            for operation in extra {
-                // A publishing record of a transfer whose insert is held back: the row, written once, completed.
-                if case .publishing(let id, let finalPath, let size, let sha256, let modified) = operation,
-                    let row = state.unhold(id)
-                {
-                    job.operations.append(
-                        .insertPublishing(row, finalPath: finalPath, size: size, sha256: sha256, modified: modified)
-                    )
-                    continue
-                }
-                if let id = operation.transferID, let row = state.unhold(id) { job.operations.append(.insert(row)) }
-                job.operations.append(operation)
-            }
+            job.operations.append(contentsOf: extra)
             state.jobs.append(job)
             switch (state.phase, timing) {
             case (.writing, _), (.lingering, .afterLinger), (.lingering, .withOthers):
@@ -411,8 +283,6 @@ package final class StoreWriter: Sendable {
 
     /// Runs every queued job in one transaction on the database's writer queue, then the jobs queued meanwhile.
     private func writeQueuedJobs() {
-        // Waiting to share the store: the jobs wait too (they stay queued, the phase says a transaction runs).
-        guard self.sharing.mayWrite(orThen: { self.writeQueuedJobs() }) else { return }
         let jobs = self.state.withLockedValue { state in
             defer { state.jobs = [] }
             return state.jobs
@@ -425,30 +295,10 @@ package final class StoreWriter: Sendable {
                     var leased: Set<TransferID> = []
                     var statements = self.statements.take()
                     defer { self.statements.keep(statements) }
-                    // Rows written completed, gathered to go in bulk at the end (or before anything else on them).
-                    var published: [StoreOperation] = []
-                    var publishedIDs: Set<TransferID> = []
-                    func writePublished() throws {
-                        guard !published.isEmpty else { return }
-                        try StoreOperation.applyPublishings(published, db, owner: owner, statements: &statements)
-                        published.removeAll(keepingCapacity: true)
-                        publishedIDs.removeAll(keepingCapacity: true)
-                    }
                     for job in jobs {
                         // By index: iterating would copy each operation (a row's dozen strings) out of the array.
                         var index = job.operations.startIndex
                         while index < job.operations.endIndex {
-                            if case .insertPublishing(let item, _, _, _, _) = job.operations[index] {
-                                published.append(job.operations[index])
-                                publishedIDs.insert(item.id)
-                                index += 1
-                                continue
-                            }
-                            if !publishedIDs.isEmpty, let id = job.operations[index].transferID,
-                                publishedIDs.contains(id)
-                            {
-                                try writePublished()
-                            }
                             // A run of inserts (a batch being added, with the reopenings of completed rows among
                             // them) goes in bulk; neither gives a lease up.
                             var end = index
@@ -469,10 +319,8 @@ package final class StoreWriter: Sendable {
                             if let id = job.operations[index].releasedLease { leased.remove(id) }
                             index += 1
                         }
-                        if job.body != nil { try writePublished() }
                         try job.body?(db)
                     }
-                    try writePublished()
                     return leased
                 }
             }
@@ -547,21 +395,21 @@ package final class StoreWriter: Sendable {
 }
 
 /// A writer's prepared statements between its transactions. Found by number (``StoreStatements``), not through GRDB's
-/// cache, which hashes each statement's text: a bulk statement's few kilobytes at each transaction. Unchecked: the
+/// cache, which hashes each statement's text: a bulk insert's few kilobytes at each transaction. Unchecked: the
 /// statements are used only in the writer's transactions, one at a time on the database's queue.
 private final class KeptStatements: @unchecked Sendable {
-    private let box = NIOLock()
+    private let lock = NIOLock()
     private var kept: StoreStatements?
 
     /// The statements, for one transaction (a new set when another transaction has them).
     func take() -> StoreStatements {
-        self.box.withLock {
+        self.lock.withLock {
             defer { self.kept = nil }
             return self.kept ?? StoreStatements()
         }
     }
 
     func keep(_ statements: StoreStatements) {
-        self.box.withLock { self.kept = statements }
+        self.lock.withLock { self.kept = statements }
     }
 }

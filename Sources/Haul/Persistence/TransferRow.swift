@@ -202,10 +202,6 @@ package enum StoreOperation: Sendable {
     /// store waits rather than downloading the same file; the lease lapses on its own (it expires, or its process
     /// or manager is gone: ``LeaseOwner/isAlive(_:)``).
     case publishing(TransferID, finalPath: String, size: Int64, sha256: String?, modified: Double?)
-    /// A new transfer's row, written for the first time completed, as ``publishing(_:finalPath:size:sha256:modified:)``
-    /// records it: a writer alone on its store (``StoreSharing``) held the row's ``insert(_:)`` back, and the file
-    /// finished before the row was written. One statement for the row instead of an insert and an update.
-    case insertPublishing(InsertedRow, finalPath: String, size: Int64, sha256: String?, modified: Double?)
     /// Frees a lease whose holder is gone.
     case releaseLease(TransferID, holder: String)
     case failed(TransferID, HaulError, attempts: Int)
@@ -310,25 +306,6 @@ package enum StoreOperation: Sendable {
                 bind.bind(id.rawValue)
                 bind.mine(owner, now)
             }
-        case .insertPublishing(let item, let finalPath, let size, let sha256, let modified):
-            try db.run(SQLText.insertPublishing[StoreOperation.bulkPublishingRows.count - 1], &statements) { bind in
-                bind.publishingValues(
-                    of: item,
-                    finalPath: finalPath,
-                    size: size,
-                    sha256: sha256,
-                    modified: modified
-                )
-                bind.bind(now)
-                bind.bind(owner)
-                bind.bind(now + TransferStore.leaseDuration)
-                bind.mine(owner, now)
-            }
-            try db.run(SQLText.batchEntry, &statements) { bind in
-                bind.bind(item.batchID.rawValue)
-                bind.bind(item.position)
-                bind.bind(item.row.id)
-            }
         case .releaseLease(let id, let holder):
             try db.run(SQLText.releaseLease, &statements) { bind in
                 bind.bind(id.rawValue)
@@ -418,59 +395,6 @@ package enum StoreOperation: Sendable {
         return leased
     }
 
-    /// Applies ``insertPublishing(_:finalPath:size:sha256:modified:)`` operations (any other is a programming error)
-    /// with one statement per table for each of ``bulkPublishingRows`` rows, as
-    /// ``applyInserts(_:_:owner:statements:)`` does for inserts: a transaction holds the records of the files that
-    /// finished while it waited.
-    static func applyPublishings(
-        _ operations: [StoreOperation],
-        _ db: Database,
-        owner: String,
-        statements: inout StoreStatements
-    ) throws {
-        var start = 0
-        for (level, size) in bulkPublishingRows.enumerated() {
-            while operations.count - start >= size {
-                let chunk = operations[start..<(start + size)]
-                let now = Date().timeIntervalSince1970
-                try db.run(SQLText.insertPublishing[level], &statements) { bind in
-                    for index in chunk.indices {
-                        guard
-                            case .insertPublishing(let item, let finalPath, let size, let sha256, let modified) = chunk[
-                                index
-                            ]
-                        else { continue }
-                        bind.publishingValues(
-                            of: item,
-                            finalPath: finalPath,
-                            size: size,
-                            sha256: sha256,
-                            modified: modified
-                        )
-                        bind.bind(now)
-                        bind.bind(owner)
-                        bind.bind(now + TransferStore.leaseDuration)
-                    }
-                    bind.mine(owner, now)
-                }
-                try db.run(SQLText.batchEntries(rows: size), &statements) { bind in
-                    for index in chunk.indices {
-                        guard case .insertPublishing(let item, _, _, _, _) = chunk[index] else { continue }
-                        bind.bind(item.batchID.rawValue)
-                        bind.bind(item.position)
-                        bind.bind(item.row.id)
-                    }
-                }
-                start += size
-            }
-        }
-    }
-
-    /// How many rows one statement of ``applyPublishings(_:_:owner:statements:)`` holds, largest first: a
-    /// transaction's records (a dozen or so) take at most one statement of each size per table. A statement for every
-    /// count up to 16 instead cost more to prepare, once each, than the statements it saved.
-    static let bulkPublishingRows = [8, 4, 2, 1]
-
     /// How many rows one bulk insert statement holds, largest first (a run is cut into these; the rest, fewer than
     /// the smallest, one at a time). Each size is a prepared statement of its own.
     static let bulkInsertRows = [32, 8]
@@ -499,21 +423,7 @@ package enum StoreOperation: Sendable {
         switch self {
         case .state(let id, let state, _): state == .running || state == .waiting ? nil : id
         case .completed(let id, _, _), .failed(let id, _, _): id
-        case .insert, .joinBatch, .reopen, .validator, .checkpoint, .publishing, .insertPublishing, .releaseLease,
-            .listComplete:
-            nil
-        }
-    }
-
-    /// The transfer whose row this operation changes (`nil` for a batch's).
-    var transferID: TransferID? {
-        switch self {
-        case .insert(let item), .insertPublishing(let item, _, _, _, _): item.id
-        case .joinBatch(_, _, let id), .reopen(let id, _, _), .state(let id, _, _), .validator(let id, _, _, _),
-            .checkpoint(let id, _), .completed(let id, _, _), .publishing(let id, _, _, _, _),
-            .releaseLease(let id, _), .failed(let id, _, _):
-            id
-        case .listComplete: nil
+        case .insert, .joinBatch, .reopen, .validator, .checkpoint, .publishing, .releaseLease, .listComplete: nil
         }
     }
 }
@@ -573,39 +483,6 @@ extension StatementBinder {
     }
 }
 
-extension StatementBinder {
-    /// Binds the values of ``SQLText/insertPublishing`` up to its `updatedAt`: `item`'s row, completed as `finalPath`.
-    mutating func publishingValues(
-        of item: InsertedRow,
-        finalPath: String,
-        size: Int64,
-        sha256: String?,
-        modified: Double?
-    ) {
-        self.bind(item.row.id)
-        self.bind(item.row.url)
-        self.bind(item.row.destinationKind)
-        self.bind(item.row.destinationPath)
-        self.bind(item.row.folder)
-        self.bind(item.row.nameComponents)
-        self.bind(item.row.usesContentDisposition)
-        self.bind(item.row.conflictPolicy)
-        self.bind(item.row.headers)
-        self.bind(item.row.checksum)
-        self.bind(item.row.expectedSize)
-        self.bind(item.row.computesSHA256)
-        self.bind(size)
-        self.bind(size)
-        self.bind(item.row.etag)
-        self.bind(item.row.lastModified)
-        self.bind(item.row.operation)
-        self.bind(finalPath)
-        self.bind(size)
-        self.bind(modified)
-        self.bind(sha256)
-    }
-}
-
 /// One of the store's statements: its text, and its number among them (its place in a ``StoreStatements``).
 struct StoreSQL: Sendable {
     let number: Int
@@ -621,7 +498,7 @@ enum SQLText {
         insert + [batchEntry] + batchEntries + [
             state, stateReleasingLease, validator, checkpoint, completed, publishing, releaseLease, reopen, failed,
             listComplete,
-        ] + insertPublishing + publishedBatchEntries
+        ]
     }
 
     /// A transfer this manager may write: its lease is this manager's, or free (or expired) on an unsettled row. Binds
@@ -727,53 +604,6 @@ enum SQLText {
         number: 15,
         text: "UPDATE batch SET listComplete = 1 WHERE id = ?"
     )
-    /// A row inserted completed (``StoreOperation/insertPublishing(_:finalPath:size:sha256:modified:)``): what
-    /// ``insert`` and then ``publishing`` leave, for each of ``StoreOperation/bulkPublishingRows`` rows. Each row bound
-    /// by ``StatementBinder/publishingValues(of:finalPath:size:sha256:modified:)``, now, the owner and when its lease
-    /// ends; then the two of ``mine``.
-    static let insertPublishing = StoreOperation.bulkPublishingRows.enumerated().map { level, rows in
-        StoreSQL(
-            number: 16 + level,
-            text: """
-                INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
-                    usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-                    bytesOnDisk, totalSize, etag, lastModified, attempts, operation, finalPath, finalSize,
-                    finalModified, sha256, updatedAt, leaseOwner, leaseExpires)
-                VALUES \(Array(repeating: Self.publishingRow, count: rows).joined(separator: ", "))
-                ON CONFLICT(id) DO UPDATE SET state = 'completed', headers = excluded.headers,
-                    checksum = excluded.checksum, expectedSize = excluded.expectedSize, operation = excluded.operation,
-                    bytesOnDisk = excluded.bytesOnDisk, totalSize = excluded.totalSize, finalPath = excluded.finalPath,
-                    finalSize = excluded.finalSize, finalModified = excluded.finalModified, sha256 = excluded.sha256,
-                    errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = excluded.updatedAt,
-                    leaseOwner = excluded.leaseOwner, leaseExpires = excluded.leaseExpires
-                WHERE \(mine)
-                """
-        )
-    }
-    /// One row's values in ``insertPublishing``.
-    private static let publishingRow =
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'completed', ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)"
-    /// ``batchEntry`` for the counts of ``StoreOperation/bulkPublishingRows`` that no other statement has.
-    static let publishedBatchEntries = publishedEntryCounts.enumerated().map { level, rows in
-        StoreSQL(
-            number: 16 + StoreOperation.bulkPublishingRows.count + level,
-            text: "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES "
-                + Array(repeating: "(?, ?, ?)", count: rows).joined(separator: ", ")
-        )
-    }
-
-    /// The statement that records `rows` batch entries: ``batchEntry``, one of ``batchEntries`` or one of
-    /// ``publishedBatchEntries``.
-    static func batchEntries(rows: Int) -> StoreSQL {
-        if rows == 1 { return batchEntry }
-        if let level = StoreOperation.bulkInsertRows.firstIndex(of: rows) { return batchEntries[level] }
-        return publishedBatchEntries[publishedEntryCounts.firstIndex(of: rows)!]
-    }
-
-    /// The counts of ``publishedBatchEntries``.
-    private static let publishedEntryCounts = StoreOperation.bulkPublishingRows.filter { rows in
-        rows > 1 && !StoreOperation.bulkInsertRows.contains(rows)
-    }
 }
 
 extension Database {

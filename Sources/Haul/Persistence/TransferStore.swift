@@ -9,16 +9,12 @@ import NIOConcurrencyHelpers
 /// on the same store resumes partial files with a validated `Range` request and skips files already completed.
 ///
 /// A file store uses SQLite's write-ahead log, so several processes can share it: readers never block the writer.
-/// Beside the database file, `PATH-writers` and `PATH-join` (two empty lock files) tell a manager whether it is the
-/// only one writing, and let another ask it to share (``StoreSharing``).
 /// Within a process, one store's reads and writes take turns on one connection (GRDB's `DatabaseQueue`): a pool of
 /// connections, for reads beside the writer, cost each new store 3.5 million instructions to open (GRDB's set-up of
 /// the log: a statement, and Foundation's look-up of the log's size), 7 % of a one-file `haul get`, and each reader a
 /// connection of its own; the manager's reads are few and short.
 public final class TransferStore: Sendable {
     let database: any DatabaseWriter
-    /// The database file's path; `nil` in memory.
-    let filePath: String?
     /// Whether the store holds no transfers for certain: it was created when it was opened (no file there, or in
     /// memory) and nothing has written one through it since. A manager then knows it holds none of its requests
     /// without reading it, on the way to its first request (rows another process adds meanwhile are that process's
@@ -39,7 +35,6 @@ public final class TransferStore: Sendable {
         try Folders.make(path.deletingLastPathComponent().path)
         let isNew = !FileManager.default.fileExists(atPath: path.path)
         self.createdEmpty = NIOLockedValueBox(isNew)
-        self.filePath = path.path
         // Best effort: when it fails (another process created the file first, or is migrating it), the database is
         // opened (or created) and migrated below as any other. When it succeeds, the file holds the current schema
         // and the log, and records every migration as applied: neither the migrator nor the check of the log's mode
@@ -279,7 +274,6 @@ public final class TransferStore: Sendable {
     /// A store in memory, gone with the process: for callers that want the store's queries without a file.
     public init() throws {
         self.createdEmpty = NIOLockedValueBox(true)
-        self.filePath = nil
         self.database = try DatabaseQueue()
         try Self.migrator.migrate(self.database)
     }
@@ -415,15 +409,9 @@ public final class TransferStore: Sendable {
     /// Forgets batches whose recorded transfers have all finished, and transfers no batch refers to any more. A
     /// batch whose list was not recorded to its end goes too once what it recorded is done (running the command
     /// that made it again makes a new batch).
-    ///
-    /// A manager running on the store alone first writes the rows it holds back (``StoreSharing``): a batch whose
-    /// rows are not written yet would look finished.
     /// - Returns: how many batches were forgotten.
     @discardableResult
     public func forgetFinishedBatches() throws -> Int {
-        let sharing = StoreSharing(databasePath: self.filePath, wantsAlone: false)
-        defer { sharing.close() }
-        sharing.waitUntilWriting()
         let finished = try self.batches().filter(\.areRecordedTransfersFinished).map(\.id.rawValue)
         try self.database.write { db in
             for id in finished {
