@@ -82,14 +82,7 @@ def main() -> None:
 
 
 def run(options, nginx) -> None:
-    commands = []
-    for item in options.commands:
-        name, separator, command = item.partition("=")
-        if not separator or not name or not command:
-            sys.exit(f"not NAME=COMMAND: {item}")
-        if nginx:
-            command = with_lists(command, options.serve, nginx.port)
-        commands.append((name, command))
+    commands = named_commands(options.commands, options.serve, nginx)
     on_tmpfs = options.out.startswith("/dev/shm/")
     samples: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name, _ in commands}
     for run in range(options.rounds):
@@ -123,6 +116,20 @@ def run(options, nginx) -> None:
         wall, user, system, switches = (statistics.median(s[k] for s in samples[name]) for k in range(4))
         print(f"{name:<24} {wall * 1000:9.1f} {user * 1000:9.1f} {system * 1000:9.1f} {switches:9.0f}")
     print_ratios(commands, samples)
+
+
+def named_commands(items: list[str], root: str, nginx) -> list[tuple[str, str]]:
+    """NAME=COMMAND items as (name, command) pairs; with `nginx` serving ROOT, their lists and port filled in
+    (``with_lists``)."""
+    commands = []
+    for item in items:
+        name, separator, command = item.partition("=")
+        if not separator or not name or not command:
+            sys.exit(f"not NAME=COMMAND: {item}")
+        if nginx:
+            command = with_lists(command, root, nginx.port)
+        commands.append((name, command))
+    return commands
 
 
 def with_lists(command: str, root: str, port: int) -> str:

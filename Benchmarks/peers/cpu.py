@@ -36,7 +36,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from commands import with_lists  # noqa: E402
+from commands import named_commands  # noqa: E402
 from compare import Nginx, free_port  # noqa: E402
 
 SAMPLE_MS = 0.05  # 20,000 samples a second of CPU
@@ -59,14 +59,8 @@ def main() -> None:
 
 
 def run(options, nginx) -> None:
-    commands = []
-    for item in options.commands:
-        name, separator, command = item.partition("=")
-        if not separator or not name or not command:
-            sys.exit(f"not NAME=COMMAND: {item}")
-        if nginx:
-            command = with_lists(command, options.serve, nginx.port)
-        commands.append((name, shlex.split(command)))
+    named = named_commands(options.commands, options.serve, nginx)
+    commands = [(name, shlex.split(command)) for name, command in named]
     profiles = os.path.join(options.out + "-profiles")
     os.makedirs(profiles, exist_ok=True)
     totals: dict[str, list[float]] = {name: [] for name, _ in commands}

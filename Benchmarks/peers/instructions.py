@@ -39,7 +39,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from commands import with_lists  # noqa: E402
+from commands import named_commands  # noqa: E402
 from compare import Nginx, free_port  # noqa: E402
 
 
@@ -66,12 +66,7 @@ def main() -> None:
 
 def run(options, nginx, scratch: str) -> None:
     commands = []
-    for index, item in enumerate(options.commands):
-        name, separator, command = item.partition("=")
-        if not separator or not name or not command:
-            sys.exit(f"not NAME=COMMAND: {item}")
-        if nginx:
-            command = with_lists(command, options.serve, nginx.port)
+    for index, (name, command) in enumerate(named_commands(options.commands, options.serve, nginx)):
         words = shlex.split(command)
         program = shutil.which(words[0]) or sys.exit(f"{name}: no program {words[0]}")
         # Valgrind 3.19 gives up on DWARF 5; the symbols, which the report needs, stay.
