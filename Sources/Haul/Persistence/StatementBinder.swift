@@ -126,8 +126,8 @@ extension Database {
 
 /// The store's statements one transaction has used, found again by their number. GRDB's cache finds a statement by
 /// its text, hashing all of it at each use: a publishing record's about 2,600 instructions, a bulk insert's 28,000;
-/// on 2,000 small files, 9.5 million of the 125 million instructions of the writer's transactions (`callgrind`). Used on
-/// one thread at a time, the connection's: a writer keeps one from a transaction to the next (`KeptStatements`).
+/// on 2,000 small files, 9.5 million of the 125 million instructions of the writer's transactions (`callgrind`). Made
+/// for one transaction and used on its thread only: the statements are its connection's.
 struct StoreStatements {
     private var statements = [Statement?](repeating: nil, count: SQLText.count)
     /// Where the statements' text is copied while each runs.

@@ -24,9 +24,6 @@ package final class StoreWriter: Sendable {
     let owner = LeaseOwner.current()
     private let state = NIOLockedValueBox(State())
     private let lastErrorBox = NIOLockedValueBox<(any Error)?>(nil)
-    /// The statements of this writer's transactions, prepared once on the store's connection and kept from one
-    /// transaction to the next.
-    private let statements = KeptStatements()
 
     /// Something to do in a write transaction, after the operations queued before it.
     private struct Job: Sendable {
@@ -293,8 +290,7 @@ package final class StoreWriter: Sendable {
             let result = Result { () throws -> Set<TransferID> in
                 try Self.inImmediateTransaction(db) {
                     var leased: Set<TransferID> = []
-                    var statements = self.statements.take()
-                    defer { self.statements.keep(statements) }
+                    var statements = StoreStatements()
                     for job in jobs {
                         // By index: iterating would copy each operation (a row's dozen strings) out of the array.
                         var index = job.operations.startIndex
@@ -392,24 +388,4 @@ package final class StoreWriter: Sendable {
 
     /// The last error writing to the store, if any.
     var lastError: (any Error)? { self.lastErrorBox.withLockedValue { $0 } }
-}
-
-/// A writer's prepared statements between its transactions. Found by number (``StoreStatements``), not through GRDB's
-/// cache, which hashes each statement's text: a bulk insert's few kilobytes at each transaction. Unchecked: the
-/// statements are used only in the writer's transactions, one at a time on the database's queue.
-private final class KeptStatements: @unchecked Sendable {
-    private let lock = NIOLock()
-    private var kept: StoreStatements?
-
-    /// The statements, for one transaction (a new set when another transaction has them).
-    func take() -> StoreStatements {
-        self.lock.withLock {
-            defer { self.kept = nil }
-            return self.kept ?? StoreStatements()
-        }
-    }
-
-    func keep(_ statements: StoreStatements) {
-        self.lock.withLock { self.kept = statements }
-    }
 }
