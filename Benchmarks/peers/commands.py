@@ -40,6 +40,7 @@ Not part of `swift test`.
 """
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -71,14 +72,8 @@ def main() -> None:
         help="write the page cache's dirty data back before each run, outside its time (as compare.py does)",
     )
     options = parser.parse_args()
-    nginx = None
-    if options.serve:
-        nginx = Nginx(options.serve, free_port())
-    try:
+    with serving(options.serve) as nginx:
         run(options, nginx)
-    finally:
-        if nginx:
-            nginx.stop()
 
 
 def run(options, nginx) -> None:
@@ -116,6 +111,32 @@ def run(options, nginx) -> None:
         wall, user, system, switches = (statistics.median(s[k] for s in samples[name]) for k in range(4))
         print(f"{name:<24} {wall * 1000:9.1f} {user * 1000:9.1f} {system * 1000:9.1f} {switches:9.0f}")
     print_ratios(commands, samples)
+
+
+@contextlib.contextmanager
+def serving(root: str | None):
+    """A private nginx serving compare.py's corpora under ROOT/www on a free port while the block runs, stopped at
+    its end (`None`, and nothing started, without ROOT)."""
+    nginx = Nginx(root, free_port()) if root else None
+    try:
+        yield nginx
+    finally:
+        if nginx:
+            nginx.stop()
+
+
+def run_in_fresh_folder(tool: list[str], words: list[str], out: str) -> int:
+    """Runs `tool` followed by `words` (with `{dir}` replaced by `out`) in `out`, emptied and made anew, its output
+    discarded: the exit status."""
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    done = subprocess.run(
+        tool + [word.replace("{dir}", out) for word in words],
+        cwd=out,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return done.returncode
 
 
 def named_commands(items: list[str], root: str, nginx) -> list[tuple[str, str]]:

@@ -36,8 +36,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from commands import named_commands  # noqa: E402
-from compare import Nginx, free_port  # noqa: E402
+from commands import named_commands, run_in_fresh_folder, serving  # noqa: E402
 
 SAMPLE_MS = 0.05  # 20,000 samples a second of CPU
 
@@ -50,18 +49,14 @@ def main() -> None:
     parser.add_argument("--serve", metavar="ROOT", help="serve compare.py's corpora under ROOT/www for the run")
     parser.add_argument("--top", type=int, default=0)
     options = parser.parse_args()
-    nginx = Nginx(options.serve, free_port()) if options.serve else None
-    try:
+    with serving(options.serve) as nginx:
         run(options, nginx)
-    finally:
-        if nginx:
-            nginx.stop()
 
 
 def run(options, nginx) -> None:
     named = named_commands(options.commands, options.serve, nginx)
     commands = [(name, shlex.split(command)) for name, command in named]
-    profiles = os.path.join(options.out + "-profiles")
+    profiles = options.out + "-profiles"
     os.makedirs(profiles, exist_ok=True)
     totals: dict[str, list[float]] = {name: [] for name, _ in commands}
     objects: dict[str, collections.Counter] = {name: collections.Counter() for name, _ in commands}
@@ -69,18 +64,11 @@ def run(options, nginx) -> None:
     for round_number in range(options.rounds):
         shift = round_number % len(commands)
         for name, words in commands[shift:] + commands[:shift]:
-            shutil.rmtree(options.out, ignore_errors=True)
-            os.makedirs(options.out)
             profile = os.path.join(profiles, f"{name}.data")
-            done = subprocess.run(
-                ["perf", "record", "-q", "-e", "cpu-clock", "-F", "20000", "-o", profile]
-                + [word.replace("{dir}", options.out) for word in words],
-                cwd=options.out,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            if done.returncode != 0:
-                sys.exit(f"{name} failed under perf ({done.returncode})")
+            perf = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "20000", "-o", profile]
+            status = run_in_fresh_folder(perf, words, options.out)
+            if status != 0:
+                sys.exit(f"{name} failed under perf ({status})")
             by_object = samples(profile, "dso")
             totals[name].append(sum(by_object.values()) * SAMPLE_MS)
             objects[name].update(by_object)

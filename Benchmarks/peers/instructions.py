@@ -39,8 +39,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from commands import named_commands  # noqa: E402
-from compare import Nginx, free_port  # noqa: E402
+from commands import named_commands, run_in_fresh_folder, serving  # noqa: E402
 
 
 def main() -> None:
@@ -53,13 +52,11 @@ def main() -> None:
     options = parser.parse_args()
     if not shutil.which("valgrind") or not shutil.which("callgrind_annotate"):
         sys.exit("needs valgrind (apt-get install valgrind)")
-    nginx = Nginx(options.serve, free_port()) if options.serve else None
     scratch = tempfile.mkdtemp(prefix="haul-instructions-")
     try:
-        run(options, nginx, scratch)
+        with serving(options.serve) as nginx:
+            run(options, nginx, scratch)
     finally:
-        if nginx:
-            nginx.stop()
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(options.out, ignore_errors=True)
 
@@ -77,19 +74,11 @@ def run(options, nginx, scratch: str) -> None:
     profiles: dict[str, str] = {}
     for run in range(options.runs):
         for name, words in commands:
-            if os.path.exists(options.out):
-                shutil.rmtree(options.out)
-            os.makedirs(options.out)
             profile = os.path.join(scratch, f"{name}-{run}.callgrind")
-            done = subprocess.run(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}"]
-                + [word.replace("{dir}", options.out) for word in words],
-                cwd=options.out,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            if done.returncode != 0:
-                sys.exit(f"{name} failed under callgrind ({done.returncode})")
+            callgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}"]
+            status = run_in_fresh_folder(callgrind, words, options.out)
+            if status != 0:
+                sys.exit(f"{name} failed under callgrind ({status})")
             counts[name].append(total(profile))
             profiles.setdefault(name, profile)
     first = commands[0][0]

@@ -1017,7 +1017,6 @@ extension TransferManager {
             self.transfers[id]?.progress ?? self.finished[id]?.progress
         }
 
-        /// Whether this manager knows the identifier.
         /// Whether this manager has met each of `requests` (``knows(_:)-(TransferID)``). A method of its own: written
         /// as `requests.map { core.knows($0.id) }` under the lock, each request and the whole core were copied for
         /// each identifier (3,300 instructions a request, `callgrind`).
@@ -1025,6 +1024,7 @@ extension TransferManager {
             requests.indices.map { self.knows(requests[$0].id) }
         }
 
+        /// Whether this manager knows the identifier.
         func knows(_ id: TransferID) -> Bool {
             // By index: `transfers[id] != nil` would copy the record out.
             self.transfers.index(forKey: id) != nil || self.finished.index(forKey: id) != nil
