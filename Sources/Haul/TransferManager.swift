@@ -601,10 +601,10 @@ extension TransferManager: Download.Observer {
         let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? self.transport.client.eventLoopGroup.any()
         storeWriter.flush(
             adding: .publishing(id, finalPath: path, size: byteCount, sha256: sha256, modified: modificationTime),
-            lingering: lingering
-        ) {
-            loop.execute { recorded() }
-        }
+            lingering: lingering,
+            on: loop,
+            then: recorded
+        )
     }
 
 }

@@ -1,5 +1,7 @@
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
+import NIOPosix
 import Testing
 
 @testable import Haul
@@ -919,6 +921,35 @@ struct TransferStoreTests {
         #expect(try store.row("early")?.finalPath == "/tmp/x/early")
         #expect(try store.row("last")?.finalPath == "/tmp/x/last")
         #expect(!writer.isLingering, "the wait, cut short, starts no transaction of its own when it ends")
+    }
+
+    @Test func aTransactionsPublicationsAreCalledBackOnTheirOwnLoopsInTheOrderOfTheirRecords() async throws {
+        let (store, writer) = try self.lingeringWriter(rows: ["a", "b", "c", "d", "e"])
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        // Each callback notes its record and whether it ran on the loop its record named (`nil`: the writer's queue).
+        let calls = NIOLockedValueBox<[(id: String, loop: Int?, onIt: Bool)]>([])
+        func publish(_ id: String, on loop: Int?, lingering: Bool = true) {
+            writer.flush(adding: self.publishing(id), lingering: lingering, on: loop.map { loops[$0] }) {
+                let onIt = loop.map { loops[$0].inEventLoop } ?? !loops.contains { $0.inEventLoop }
+                calls.withLockedValue { $0.append((id, loop, onIt)) }
+            }
+        }
+        publish("a", on: 0)
+        publish("b", on: 1)
+        publish("c", on: nil)
+        publish("d", on: 0)
+        try await self.waitUntil { writer.isLingering }
+        publish("e", on: 1, lingering: false)
+        try await self.waitUntil { calls.withLockedValue { $0.count } == 5 }
+        let made = calls.withLockedValue { $0 }
+        #expect(writer.transactionCount == 2, "the rows' transaction, then one for the five records")
+        #expect(made.allSatisfy { $0.onIt }, "each callback ran where its record asked")
+        #expect(made.filter { $0.loop == 0 }.map(\.id) == ["a", "d"])
+        #expect(made.filter { $0.loop == 1 }.map(\.id) == ["b", "e"])
+        #expect(made.filter { $0.loop == nil }.map(\.id) == ["c"])
+        #expect(try store.row("e")?.finalPath == "/tmp/x/e")
+        try await group.shutdownGracefully()
     }
 
     @Test func aFileStoreKeepsSQLitesTemporaryFilesInMemory() throws {

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import GRDB
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// Writes the manager's changes to the store behind it: operations queue in memory (cheap, under the manager's
 /// lock) and reach the database in one transaction every ``flushInterval``, so no database I/O ever happens under
@@ -34,6 +35,9 @@ package final class StoreWriter: Sendable {
         /// Work of its own after the operations (a claim's statement); `nil` for a job that only writes them.
         var body: (@Sendable (Database) throws -> Void)?
         var completion: @Sendable () -> Void
+        /// The event loop `completion` runs on, or `nil` to run it on the database's writer queue. The completions of a
+        /// transaction's jobs that run on one loop go to it together, in one task.
+        var loop: (any EventLoop)? = nil
     }
 
     private struct State: Sendable {
@@ -143,14 +147,22 @@ package final class StoreWriter: Sendable {
         self.submit(adding: [], timing: .promptly) {}
     }
 
-    /// Writes what is queued now and then `last`, in one transaction, and calls `written` once it is written (on the
-    /// database's writer queue: `written` must be quick); nothing waits or blocks meanwhile. When `lingering` and no
-    /// transaction is under way, the transaction starts after ``linger``, so that the records of files that finish
-    /// together share it (the publishing records, one per file). Without `lingering` (the last files of a batch, with
-    /// no one to wait for) it starts at once, cutting short a wait under way: the records waiting there go with it.
-    func flush(adding last: StoreOperation, lingering: Bool = true, then written: @escaping @Sendable () -> Void) {
-        let timing = lingering ? Timing.afterLinger(self.linger) : .promptly
-        self.submit(adding: [last], timing: timing, then: written)
+    /// Writes what is queued now and then `last`, in one transaction, and calls `written` once it is written (on
+    /// `loop`, or without one on the database's writer queue, where `written` must be quick); nothing waits or blocks
+    /// meanwhile. When `lingering` and no transaction is under way, the transaction
+    /// starts after ``linger``, so that the records of files that finish together share it (the publishing records,
+    /// one per file). Without `lingering` (the last files of a batch, with no one to wait for) it starts at once,
+    /// cutting short a wait under way: the records waiting there go with it.
+    ///
+    /// The transaction's callbacks for one loop reach it in one task, in the order of their records: one hand-off
+    /// per loop and transaction, not one per file.
+    func flush(
+        adding last: StoreOperation,
+        lingering: Bool = true,
+        on loop: (any EventLoop)? = nil,
+        then written: @escaping @Sendable () -> Void
+    ) {
+        self.submit(adding: [last], timing: lingering ? .afterLinger(self.linger) : .promptly, on: loop, then: written)
     }
 
     /// Claims a transfer before its request, writing what is queued up to the transfer's row first (the rest waits
@@ -212,16 +224,17 @@ package final class StoreWriter: Sendable {
     }
 
     /// Takes the queued operations and schedules them, then `extra`, as a job that does nothing else, and calls
-    /// `written` when its transaction has ended (committed or not; an error is kept as ``lastError``). Without the
-    /// result, body and completion of ``submit(adding:through:timing:then:completion:)``: a publishing record takes
-    /// this way, one a file, and each closure and box was an allocation.
+    /// `written` when its transaction has ended (committed or not; an error is kept as ``lastError``), on `loop` when
+    /// there is one. Without the result, body and completion of ``submit(adding:through:timing:then:completion:)``: a
+    /// publishing record takes this way, one a file, and each closure and box was an allocation.
     private func submit(
         adding extra: [StoreOperation],
         timing: Timing,
+        on loop: (any EventLoop)? = nil,
         then written: @escaping @Sendable () -> Void
     ) {
         self.schedule(
-            Job(operations: [], mayLinger: timing.mayLinger, body: nil, completion: written),
+            Job(operations: [], mayLinger: timing.mayLinger, body: nil, completion: written, loop: loop),
             adding: extra,
             through: nil,
             timing: timing
@@ -326,7 +339,7 @@ package final class StoreWriter: Sendable {
             case .failure(let error):
                 self.lastErrorBox.withLockedValue { $0 = error }
             }
-            for job in jobs { job.completion() }
+            Self.complete(jobs)
             let next = self.state.withLockedValue { state -> Start in
                 state.transactionCount += 1
                 if state.jobs.isEmpty {
@@ -346,6 +359,30 @@ package final class StoreWriter: Sendable {
                 return .now
             }
             self.start(next)
+        }
+    }
+
+    /// Calls the jobs' completions after their transaction: on the writer queue for jobs without a loop, and for the
+    /// others one task per loop that calls its jobs' completions in order. A small batch's transaction ends about
+    /// sixteen publications on two loops; handed over one by one, each was a task for the loop to queue and take
+    /// (NIO's task queue cost the loops 1.4 ms on 2,000 small files, against 0.3 ms without a store).
+    private static func complete(_ jobs: [Job]) {
+        var groups: [(loop: any EventLoop, completions: [@Sendable () -> Void])] = []
+        for job in jobs {
+            guard let loop = job.loop else {
+                job.completion()
+                continue
+            }
+            if let index = groups.firstIndex(where: { $0.loop === loop }) {
+                groups[index].completions.append(job.completion)
+            } else {
+                groups.append((loop, [job.completion]))
+            }
+        }
+        for (loop, completions) in groups {
+            loop.execute {
+                for completion in completions { completion() }
+            }
         }
     }
 
