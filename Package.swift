@@ -92,11 +92,19 @@ let package = Package(
             // runtime's backtracer looks its own address up with `dladdr`, a linear scan of that table. Without them
             // (nothing in the process looks a symbol of the executable up by name; a crash's backtrace reads the
             // symbol table, which stays): `haul --version` 4.4 → 3.7 ms, one small file 10.6 → 9.7 ms (80 runs each).
+            //
+            // Linked by the toolchain's lld with packed relative relocations (`DT_RELR`, glibc 2.36 and later): the
+            // executable's 123,651 relative relocations took a 3 MB table that the loader read at every start, now
+            // 24 KB. One small file's `haul get` 0.922 of its time with gold's link (60 interleaved rounds; lld alone
+            // 0.941), 2,000 small files 0.978 (16 rounds).
             swiftSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux], configuration: .release))]
                 + directMetadataAccess,
             linkerSettings: [
                 .unsafeFlags(
-                    ["-static-stdlib", "-Xlinker", "--no-export-dynamic"],
+                    [
+                        "-static-stdlib", "-use-ld=lld", "-Xlinker", "--no-export-dynamic",
+                        "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
+                    ],
                     .when(platforms: [.linux], configuration: .release)
                 )
             ]
