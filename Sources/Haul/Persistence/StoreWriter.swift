@@ -149,10 +149,10 @@ package final class StoreWriter: Sendable {
 
     /// Writes what is queued now and then `last`, in one transaction, and calls `written` once it is written (on
     /// `loop`, or without one on the database's writer queue, where `written` must be quick); nothing waits or blocks
-    /// meanwhile. When `lingering` and no transaction is under way, the transaction
-    /// starts after ``linger``, so that the records of files that finish together share it (the publishing records,
-    /// one per file). Without `lingering` (the last files of a batch, with no one to wait for) it starts at once,
-    /// cutting short a wait under way: the records waiting there go with it.
+    /// meanwhile. When `lingering` and no transaction is under way, the transaction starts after ``linger``, so that
+    /// the records of files that finish together share it (the publishing records, one per file). Without `lingering`
+    /// (the last files of a batch, with no one to wait for) it starts at once, cutting short a wait under way: the
+    /// records waiting there go with it.
     ///
     /// The transaction's callbacks for one loop reach it in one task, in the order of their records: one hand-off
     /// per loop and transaction, not one per file.
@@ -363,9 +363,9 @@ package final class StoreWriter: Sendable {
     }
 
     /// Calls the jobs' completions after their transaction: on the writer queue for jobs without a loop, and for the
-    /// others one task per loop that calls its jobs' completions in order. A small batch's transaction ends about
-    /// sixteen publications on two loops; handed over one by one, each was a task for the loop to queue and take
-    /// (NIO's task queue cost the loops 1.4 ms on 2,000 small files, against 0.3 ms without a store).
+    /// others one task per loop that calls its jobs' completions in order. A transaction of small files records about
+    /// sixteen publications from two loops; handed over one by one, each was a task for its loop to queue and take
+    /// (NIO's task queue cost the loops 1.7 ms on 2,000 small files, against 0.3 ms without a store).
     private static func complete(_ jobs: [Job]) {
         var groups: [(loop: any EventLoop, completions: [@Sendable () -> Void])] = []
         for job in jobs {
