@@ -7,6 +7,13 @@ import Testing
 
 @Suite("Haul's HTTP/1.1 response decoder")
 struct HTTP1ResponseDecoderTests {
+    /// Takes a decoder's parts as a connection's handler does (``HTTP1ResponsePartSink``), and keeps them.
+    final class CollectedParts: HTTP1ResponsePartSink {
+        var parts: [HTTPClientResponsePart] = []
+
+        func received(_ part: HTTPClientResponsePart) { self.parts.append(part) }
+    }
+
     /// What the decoder made of some responses: one line per part, a body's bytes as text.
     struct Decoded: Equatable, CustomStringConvertible {
         var parts: [String] = []
@@ -18,7 +25,8 @@ struct HTTP1ResponseDecoderTests {
     /// Feeds `input` to a decoder in pieces of `piece` bytes (all at once when `nil`), then closes its input when
     /// `close`; adjacent body parts are joined, since how a body is cut depends on how it arrives.
     func decode(_ input: String, piece: Int? = nil, close: Bool = true) throws -> Decoded {
-        let channel = EmbeddedChannel(handler: HTTP1ResponseHandler())
+        let collected = CollectedParts()
+        let channel = EmbeddedChannel(handler: HTTP1ResponseHandler(sink: collected))
         var decoded = Decoded()
         let bytes = Array(input.utf8)
         let size = piece ?? max(bytes.count, 1)
@@ -33,7 +41,7 @@ struct HTTP1ResponseDecoderTests {
         } catch let error as HTTPParserError {
             decoded.error = error
         }
-        while let part = try channel.readInbound(as: HTTPClientResponsePart.self) {
+        for part in collected.parts {
             switch part {
             case .head(let head):
                 let fields = head.headers.map { "\($0.name)=\($0.value)" }.joined(separator: ",")
@@ -191,16 +199,22 @@ struct HTTP1ResponseDecoderTests {
         #expect(head.isKeepAlive == expected, "SwiftNIO's own answer, the rule this follows")
     }
 
-    /// Closes its channel when a response's head arrives, and notes what it hears.
-    final class ClosingOnHead: ChannelInboundHandler {
-        typealias InboundIn = HTTPClientResponsePart
+    /// Closes its channel when a response's head arrives, and notes what it hears: the decoder's parts as the
+    /// connection's handler takes them (``HTTP1ResponsePartSink``), the pipeline's events after the decoder.
+    final class ClosingOnHead: ChannelInboundHandler, HTTP1ResponsePartSink {
+        typealias InboundIn = Never
         var heard: [String] = []
+        private var context: ChannelHandlerContext?
 
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            switch self.unwrapInboundIn(data) {
+        func handlerAdded(context: ChannelHandlerContext) {
+            self.context = context
+        }
+
+        func received(_ part: HTTPClientResponsePart) {
+            switch part {
             case .head:
                 self.heard.append("head")
-                context.close(promise: nil)
+                self.context?.close(promise: nil)
             case .body(let buffer): self.heard.append("body \(String(buffer: buffer))")
             case .end: self.heard.append("end")
             }
@@ -217,7 +231,7 @@ struct HTTP1ResponseDecoderTests {
 
     @Test func aCloseFromAHandlerAfterItEndsTheInputOnceTheReadIsDecodedAndThenReachesThatHandler() throws {
         let closing = ClosingOnHead()
-        let channel = EmbeddedChannel(handlers: [HTTP1ResponseHandler(), closing])
+        let channel = EmbeddedChannel(handlers: [HTTP1ResponseHandler(sink: closing), closing])
         _ = try? channel.writeInbound(ByteBuffer(string: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"))
         #expect(
             closing.heard == ["head", "body abc", "error \(HTTPParserError.invalidEOFState)", "inactive"],

@@ -30,7 +30,8 @@ import Darwin
 ///
 /// Chunk extensions and trailer fields are read and dropped (nothing downstream uses them).
 struct HTTP1ResponseDecoder: ByteToMessageDecoder {
-    typealias InboundOut = HTTPClientResponsePart
+    /// Nothing: the parts go to ``sink``, not on through the pipeline.
+    typealias InboundOut = Never
 
     /// The largest head accepted: SwiftNIO's own limit.
     static let maximumHeadSize = 80 * 1024
@@ -67,16 +68,11 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
     /// How many bytes of a head not yet whole were searched for its end already: a head that trickles in is searched
     /// once in all, not once per read from its start.
     private var searched = 0
-    /// Where the parts go when not on through the pipeline (``HTTP1ResponsePartSink``).
-    var sink: (any HTTP1ResponsePartSink)?
+    /// Where the parts go (``HTTP1ResponsePartSink``), not on through the pipeline.
+    let sink: any HTTP1ResponsePartSink
 
-    /// Hands `part` to the sink, or on through the pipeline when there is none.
-    private func emit(_ part: HTTPClientResponsePart, context: ChannelHandlerContext) {
-        if let sink = self.sink {
-            sink.received(part)
-        } else {
-            context.fireChannelRead(self.wrapInboundOut(part))
-        }
+    init(sink: any HTTP1ResponsePartSink) {
+        self.sink = sink
     }
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
@@ -90,23 +86,23 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
             guard let (head, body) = try Self.readHead(from: &buffer, searched: &self.searched) else {
                 return .needMoreData
             }
-            if let next = try self.begin(head, body, context: context) { self.state = next }
+            if let next = try self.begin(head, body) { self.state = next }
             return .continue
         case .fixed(let remaining):
             guard buffer.readableBytes > 0 else { return .needMoreData }
             let count = min(remaining, buffer.readableBytes)
-            self.emit(.body(buffer.readSlice(length: count)!), context: context)
+            self.sink.received(.body(buffer.readSlice(length: count)!))
             if count == remaining {
-                self.end(context: context)
+                self.end()
             } else {
                 self.state = .fixed(remaining: remaining - count)
             }
             return .continue
         case .chunked(let chunk):
-            return try self.decodeChunked(chunk, context: context, buffer: &buffer)
+            return try self.decodeChunked(chunk, buffer: &buffer)
         case .untilClose:
             guard buffer.readableBytes > 0 else { return .needMoreData }
-            self.emit(.body(buffer.readSlice(length: buffer.readableBytes)!), context: context)
+            self.sink.received(.body(buffer.readSlice(length: buffer.readableBytes)!))
             return .needMoreData
         case .closed:
             buffer.moveReaderIndex(forwardBy: buffer.readableBytes)
@@ -130,7 +126,7 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
             if buffer.readableBytes > 0 { throw HTTPParserError.invalidEOFState }
         case .untilClose:
             self.state = .closed
-            self.emit(.end(nil), context: context)
+            self.sink.received(.end(nil))
         case .fixed, .chunked:
             self.state = .closed
             throw HTTPParserError.invalidEOFState
@@ -138,16 +134,12 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
         return .needMoreData
     }
 
-    /// Sends `head` on, and says how its body is framed: `nil` when the head was an interim one, skipped.
-    private mutating func begin(
-        _ head: HTTPResponseHead,
-        _ body: BodyLength,
-        context: ChannelHandlerContext
-    ) throws -> State? {
+    /// Hands `head` to the sink, and says how its body is framed: `nil` when the head was an interim one, skipped.
+    private mutating func begin(_ head: HTTPResponseHead, _ body: BodyLength) throws -> State? {
         let code = head.status.code
         if code == 101 { throw HTTPParserError.invalidStatus }
         if (100..<200).contains(code) { return nil }
-        self.emit(.head(head), context: context)
+        self.sink.received(.head(head))
         let framing: State =
             switch body {
             case _ where code == 204 || code == 304: .fixed(remaining: 0)
@@ -156,7 +148,7 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
             case .untilClose: .untilClose
             }
         if framing == .fixed(remaining: 0) {
-            self.end(context: context)
+            self.end()
             return .head
         }
         return framing
@@ -166,17 +158,13 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
     private(set) var responsesEnded = 0
 
     /// Ends the response, and waits for the next head.
-    private mutating func end(context: ChannelHandlerContext) {
+    private mutating func end() {
         self.state = .head
         self.responsesEnded += 1
-        self.emit(.end(nil), context: context)
+        self.sink.received(.end(nil))
     }
 
-    private mutating func decodeChunked(
-        _ chunk: Chunk,
-        context: ChannelHandlerContext,
-        buffer: inout ByteBuffer
-    ) throws -> DecodingState {
+    private mutating func decodeChunked(_ chunk: Chunk, buffer: inout ByteBuffer) throws -> DecodingState {
         switch chunk {
         case .size:
             guard let line = Self.readLine(from: &buffer, limit: Self.maximumChunkLineSize) else {
@@ -189,7 +177,7 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
         case .data(let remaining):
             guard buffer.readableBytes > 0 else { return .needMoreData }
             let count = min(remaining, buffer.readableBytes)
-            self.emit(.body(buffer.readSlice(length: count)!), context: context)
+            self.sink.received(.body(buffer.readSlice(length: count)!))
             self.state = .chunked(count == remaining ? .dataEnd : .data(remaining: remaining - count))
             return .continue
         case .dataEnd:
@@ -204,7 +192,7 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
             // Trailer fields, each on its line, until the empty line that ends the message.
             while let line = Self.readLine(from: &buffer, limit: Self.maximumHeadSize) {
                 if line.readableBytes == 0 {
-                    self.end(context: context)
+                    self.end()
                     return .continue
                 }
             }
@@ -249,7 +237,7 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
         return size
     }
 
-    /// How a response's body is delimited, as its head's fields say (204 and 304 aside: ``begin(_:_:context:)``).
+    /// How a response's body is delimited, as its head's fields say (204 and 304 aside: ``begin(_:_:)``).
     enum BodyLength: Equatable {
         /// `Transfer-Encoding` ending in `chunked`.
         case chunked
@@ -483,10 +471,10 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
     }
 }
 
-/// Takes the response parts of a connection's ``HTTP1ResponseHandler`` straight from it, not through the pipeline: a part
-/// sent on through the pipeline is wrapped in `NIOAny`, and the handler that takes it casts it back from `Any` (about 475
-/// instructions a part, three a small file's response; `callgrind`). Called on the channel's event loop, in the order
-/// the parts were decoded, before any event the decoding fires after them.
+/// Takes the response parts of a connection's ``HTTP1ResponseHandler`` straight from it, not through the pipeline:
+/// a part sent on through the pipeline is wrapped in `NIOAny`, and the handler that takes it casts it back from `Any`
+/// (about 475 instructions a part, three a small file's response; `callgrind`). Called on the channel's event loop, in
+/// the order the parts were decoded, before any event the decoding fires after them.
 protocol HTTP1ResponsePartSink: AnyObject {
     func received(_ part: HTTPClientResponsePart)
 }
@@ -502,7 +490,8 @@ protocol HTTP1ResponsePartSink: AnyObject {
 /// waits for that read's parts to be sent on. After an error, what arrives is dropped (the connection is closed).
 final class HTTP1ResponseHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
-    typealias InboundOut = HTTPClientResponsePart
+    /// Nothing: the decoder's parts go to its sink, not on through the pipeline.
+    typealias InboundOut = Never
 
     /// Bytes arrived after a response's end, in the read that ended it, as if the server had sent more than the
     /// response's framing said (a `Content-Length` short of the body). Haul sends one request at a time, so they
@@ -514,13 +503,13 @@ final class HTTP1ResponseHandler: ChannelInboundHandler, RemovableChannelHandler
     /// that ended it, are then dropped and signalled (``BytesAfterResponse``). Otherwise they begin the next response.
     private let oneRequestAtATime: Bool
 
-    /// With a `sink`, the parts go to it; without one, on through the pipeline.
-    init(oneRequestAtATime: Bool = false, sink: (any HTTP1ResponsePartSink)? = nil) {
+    /// The decoded parts go to `sink`.
+    init(oneRequestAtATime: Bool = false, sink: any HTTP1ResponsePartSink) {
         self.oneRequestAtATime = oneRequestAtATime
-        self.decoder.sink = sink
+        self.decoder = HTTP1ResponseDecoder(sink: sink)
     }
 
-    private var decoder = HTTP1ResponseDecoder()
+    private var decoder: HTTP1ResponseDecoder
     /// Bytes read and not decoded yet.
     private var buffered: ByteBuffer?
     /// Whether a read's parts are being decoded and sent on now.
