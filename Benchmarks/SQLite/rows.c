@@ -13,7 +13,11 @@
  * multi-thread mode), `nosecure` (PRAGMA secure_delete = OFF), `norowid` (the table WITHOUT ROWID, keyed by its
  * identifier alone), `byrowid` (each completion finds its row by rowid, as a store that remembered each insert's
  * rowid could, instead of through the identifier's index), `intkey` (the identifier's 64-bit number is the row's
- * INTEGER PRIMARY KEY, its rowid: no text key and no index beside the table; inserts and completions bind the number).
+ * INTEGER PRIMARY KEY, its rowid: no text key and no index beside the table; inserts and completions bind the number),
+ * `prefill` (the planned final path, a size and a time written with the row, so that the completion grows it less),
+ * `split` (what changes while a file runs, state to lease, in a table `status` of its own keyed by the identifier; the
+ * request's columns in `transfer`; with `norowid` too, `status` is WITHOUT ROWID), `journal` (each completion appended
+ * to a narrow table `completion` without a key or an index; the transfer rows are left as inserted).
  * The database is /dev/shm/haul-rows.db. Not part of `swift test`.
  */
 #include <sqlite3.h>
@@ -42,6 +46,39 @@ static const char *wide_insert =
     " conflictPolicy, headers, computesSHA256, state, updatedAt, leaseOwner, leaseExpires, operation)"
     " VALUES (?, ?, 'folder', '" FOLDER "', '" FOLDER "', ?, 0, 'rename', '[]', 0, 'waiting', 1.0, ?, 2.0,"
     " '{\"kind\":\"download\"}')";
+static const char *prefill_insert =
+    "INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents, usesContentDisposition,"
+    " conflictPolicy, headers, computesSHA256, state, updatedAt, leaseOwner, leaseExpires, operation, finalPath,"
+    " finalSize, finalModified)"
+    " VALUES (?, ?, 'folder', '" FOLDER "', '" FOLDER "', ?, 0, 'rename', '[]', 0, 'waiting', 1.0, ?, 2.0,"
+    " '{\"kind\":\"download\"}', ?, 99999, 1.25)";
+static const char *split_schema =
+    "CREATE TABLE transfer (id TEXT PRIMARY KEY NOT NULL, url TEXT NOT NULL, destinationKind TEXT NOT NULL,"
+    " destinationPath TEXT NOT NULL, folder TEXT NOT NULL, nameComponents TEXT NOT NULL,"
+    " usesContentDisposition BOOLEAN NOT NULL, conflictPolicy TEXT NOT NULL, headers TEXT NOT NULL, checksum TEXT,"
+    " expectedSize INTEGER, computesSHA256 BOOLEAN NOT NULL,"
+    " operation TEXT NOT NULL DEFAULT '{\"kind\":\"download\"}');"
+    "CREATE TABLE status (id TEXT PRIMARY KEY NOT NULL, state TEXT NOT NULL,"
+    " bytesOnDisk INTEGER NOT NULL DEFAULT 0, totalSize INTEGER, etag TEXT, lastModified TEXT,"
+    " attempts INTEGER NOT NULL DEFAULT 0, finalPath TEXT, finalSize INTEGER, finalModified DOUBLE, sha256 TEXT,"
+    " errorCode TEXT, errorMessage TEXT, httpStatus INTEGER, updatedAt DOUBLE NOT NULL, leaseOwner TEXT,"
+    " leaseExpires DOUBLE);";
+static const char *split_insert =
+    "INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents, usesContentDisposition,"
+    " conflictPolicy, headers, computesSHA256, operation)"
+    " VALUES (?, ?, 'folder', '" FOLDER "', '" FOLDER "', ?, 0, 'rename', '[]', 0, '{\"kind\":\"download\"}')";
+static const char *split_status_insert =
+    "INSERT INTO status (id, state, updatedAt, leaseOwner, leaseExpires) VALUES (?, 'waiting', 1.0, ?, 2.0)";
+static const char *split_completion =
+    "UPDATE status SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?, finalSize = ?,"
+    " finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = ?,"
+    " leaseOwner = ?, leaseExpires = ? WHERE id = ? AND " MINE;
+static const char *journal_schema =
+    "CREATE TABLE completion (transferID TEXT NOT NULL, finalPath TEXT NOT NULL, size INTEGER NOT NULL,"
+    " modified DOUBLE, sha256 TEXT, updatedAt DOUBLE NOT NULL, leaseOwner TEXT, leaseExpires DOUBLE)";
+static const char *journal_completion =
+    "INSERT INTO completion (size, finalPath, modified, sha256, updatedAt, leaseOwner, leaseExpires, transferID)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
 static const char *narrow_schema =
     "CREATE TABLE transfer (id TEXT PRIMARY KEY NOT NULL, url TEXT NOT NULL, profile INTEGER NOT NULL,"
     " destinationPath TEXT, nameComponents TEXT NOT NULL, checksum TEXT, expectedSize INTEGER, state TEXT NOT NULL,"
@@ -77,7 +114,8 @@ static void check(int code, sqlite3 *db) {
 
 int main(int argc, char **argv) {
     int narrow = has(argc, argv, "narrow"), from = has(argc, argv, "from"), byrowid = has(argc, argv, "byrowid");
-    int intkey = has(argc, argv, "intkey");
+    int intkey = has(argc, argv, "intkey"), prefill = has(argc, argv, "prefill"), split = has(argc, argv, "split");
+    int journal = has(argc, argv, "journal");
     unlink("/dev/shm/haul-rows.db");
     unlink("/dev/shm/haul-rows.db-wal");
     unlink("/dev/shm/haul-rows.db-shm");
@@ -89,7 +127,7 @@ int main(int argc, char **argv) {
                        NULL, NULL, NULL), db);
     if (has(argc, argv, "nosecure")) check(sqlite3_exec(db, "PRAGMA secure_delete = OFF", NULL, NULL, NULL), db);
     char schema[4096];
-    snprintf(schema, sizeof schema, "%s", narrow ? narrow_schema : wide_schema);
+    snprintf(schema, sizeof schema, "%s", split ? split_schema : narrow ? narrow_schema : wide_schema);
     if (has(argc, argv, "norowid")) strcpy(schema + strlen(schema) - 1, " WITHOUT ROWID;");
     if (intkey) {
         // "id TEXT PRIMARY KEY NOT NULL" becomes "id INTEGER PRIMARY KEY": the rowid itself.
@@ -99,6 +137,7 @@ int main(int argc, char **argv) {
         memcpy(key, integer_key, strlen(integer_key));
     }
     check(sqlite3_exec(db, schema, NULL, NULL, NULL), db);
+    if (journal) check(sqlite3_exec(db, journal_schema, NULL, NULL, NULL), db);
 
     static char ids[ROWS][17];
     srand(1);
@@ -106,8 +145,10 @@ int main(int argc, char **argv) {
 
     if (has(argc, argv, "setup")) return 0;  // the opening and the schema alone, to subtract
 
-    sqlite3_stmt *insert;
-    check(sqlite3_prepare_v2(db, narrow ? narrow_insert : wide_insert, -1, &insert, NULL), db);
+    sqlite3_stmt *insert, *status_insert = NULL;
+    const char *insert_sql = split ? split_insert : prefill ? prefill_insert : narrow ? narrow_insert : wide_insert;
+    check(sqlite3_prepare_v2(db, insert_sql, -1, &insert, NULL), db);
+    if (split) check(sqlite3_prepare_v2(db, split_status_insert, -1, &status_insert, NULL), db);
     for (int i = 0; i < ROWS; i += PER_INSERT) {
         check(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), db);
         for (int k = i; k < i + PER_INSERT; k++) {
@@ -118,7 +159,20 @@ int main(int argc, char **argv) {
             else sqlite3_bind_text(insert, 1, ids[k], 16, SQLITE_STATIC);
             sqlite3_bind_text(insert, 2, url, -1, SQLITE_TRANSIENT);
             sqlite3_bind_text(insert, 3, name, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_text(insert, 4, owner, -1, SQLITE_STATIC);
+            if (split) {
+                // The lease is the status row's.
+                sqlite3_bind_text(status_insert, 1, ids[k], 16, SQLITE_STATIC);
+                sqlite3_bind_text(status_insert, 2, owner, -1, SQLITE_STATIC);
+                check(sqlite3_step(status_insert), db);
+                sqlite3_reset(status_insert);
+            } else {
+                sqlite3_bind_text(insert, 4, owner, -1, SQLITE_STATIC);
+            }
+            if (prefill) {
+                char path[128];
+                snprintf(path, sizeof path, "%s/f%06d.bin", FOLDER, k);
+                sqlite3_bind_text(insert, 5, path, -1, SQLITE_TRANSIENT);
+            }
             check(sqlite3_step(insert), db);
             sqlite3_reset(insert);
         }
@@ -137,7 +191,11 @@ int main(int argc, char **argv) {
                     " OR transfer.leaseExpires < ?) AND transfer.state != 'completed'))");
         check(sqlite3_prepare_v2(db, sql, -1, &update, NULL), db);
     } else {
-        check(sqlite3_prepare_v2(db, byrowid ? completion_by_rowid : completion, -1, &update, NULL), db);
+        const char *sql = journal ? journal_completion
+                          : split ? split_completion
+                          : byrowid ? completion_by_rowid
+                          : completion;
+        check(sqlite3_prepare_v2(db, sql, -1, &update, NULL), db);
     }
     int changed = 0;
     for (int i = 0; i < ROWS; i += PER_COMPLETION) {
@@ -146,6 +204,20 @@ int main(int argc, char **argv) {
         for (int k = i; k < i + PER_COMPLETION; k++) {
             char path[128];
             snprintf(path, sizeof path, "%s/f%06d.bin", FOLDER, k);
+            if (journal) {
+                sqlite3_bind_int64(update, 1, 16384);
+                sqlite3_bind_text(update, 2, path, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_double(update, 3, 1.5e9);
+                sqlite3_bind_null(update, 4);
+                sqlite3_bind_double(update, 5, 1.6e9);
+                sqlite3_bind_text(update, 6, owner, -1, SQLITE_STATIC);
+                sqlite3_bind_double(update, 7, 1.7e9);
+                sqlite3_bind_text(update, 8, ids[k], 16, SQLITE_STATIC);
+                check(sqlite3_step(update), db);
+                changed += sqlite3_changes(db);
+                sqlite3_reset(update);
+                continue;
+            }
             if (from) sqlite3_bind_text(update, c++, ids[k], 16, SQLITE_STATIC);
             sqlite3_bind_int64(update, c++, 16384);
             sqlite3_bind_int64(update, c++, 16384);
