@@ -48,6 +48,13 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
     /// The identifier derived from this one's text as if it were a URL with an empty destination
     /// (`derived(url: rawValue, destination: "")`), without making that text when it is a derived one's digits.
     var derivedFromText: TransferID {
+        self.withUTF8 { Self.derived(UnsafeRawBufferPointer($0), UnsafeRawBufferPointer(start: nil, count: 0)) }
+    }
+
+    /// Calls `body` with the UTF-8 bytes of ``rawValue``, without making that string when the identifier is a
+    /// derived one's digits (they are written on the stack): the store binds an identifier in most of its statements,
+    /// and each such string was an allocation, freed by another thread.
+    func withUTF8<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         switch self.storage {
         case .hex(let value):
             var digits: (UInt64, UInt64) = (0, 0)
@@ -55,12 +62,10 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
                 for index in 0..<16 {
                     digits[index] = hexDigit(UInt8(truncatingIfNeeded: value >> (60 - 4 * index)) & 0x0f)
                 }
-                return Self.derived(UnsafeRawBufferPointer(digits), UnsafeRawBufferPointer(start: nil, count: 0))
+                return body(UnsafeBufferPointer(digits.assumingMemoryBound(to: UInt8.self)))
             }
-        case .text(var text):
-            return text.withUTF8 {
-                Self.derived(UnsafeRawBufferPointer($0), UnsafeRawBufferPointer(start: nil, count: 0))
-            }
+        case .text(let text):
+            return text.withUTF8Bytes(body)
         }
     }
 

@@ -852,16 +852,20 @@ extension TransferManager {
             expectedBytes: Int64?,
             receivedBytes: Int64
         ) {
-            let store = self.store
+            // Whether there is a store, not the store itself: a reference taken here would be counted from every
+            // loop's thread on an object the writer's thread counts too (as in `progressed`).
+            let hasStore = self.store != nil
             let updated = self.withTransfer(id) { record in
                 record.validator = validator.ifRangeValue == nil ? nil : validator
                 record.expectedBytes = expectedBytes ?? record.request.expectedByteCount
                 record.receivedBytes = receivedBytes
                 // Written now only when the start was (a restart within the attempt); else with the start.
-                if record.unsavedStart == nil, let store { Self.saveValidator(of: record, id: id, to: store) }
-                return (record.batches, record.expectedBytes)
+                let validator =
+                    hasStore && record.unsavedStart == nil ? Self.validatorOperation(of: record, id: id) : nil
+                return (record.batches, record.expectedBytes, validator)
             }
-            guard let (batches, expected) = updated else { return }
+            guard let (batches, expected, validator) = updated else { return }
+            if let validator { self.store?.enqueue(validator) }
             for batchID in batches {
                 self.withBatch(batchID) {
                     $0.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: expected)
@@ -896,7 +900,9 @@ extension TransferManager {
             at now: ContinuousClock.Instant,
             checkpoint: Checkpoint = .whenDue
         ) {
-            let store = self.store
+            // Whether there is a store, not the store itself: taking a reference to it for every chunk of every file
+            // counted it from each loop's thread on an object the writer's thread counts too.
+            let hasStore = self.store != nil
             let progressInterval = self.configuration.progressInterval
             // Publishing its file: its completion is being recorded (``StoreOperation/publishing``), and no periodic
             // checkpoint may follow and say running again.
@@ -907,12 +913,14 @@ extension TransferManager {
                     id: id,
                     receivedBytes: receivedBytes,
                     at: now,
-                    checkpoint: checkpoint,
-                    store: store,
+                    checkpoint: hasStore ? checkpoint : .never,
                     progressInterval: progressInterval
                 )
             }
-            guard let (due, progress, batches, expectedBytes) = updated else { return }
+            guard let (due, progress, batches, expectedBytes, writes) = updated else { return }
+            if !writes.isEmpty, let store = self.store {
+                for write in writes { store.enqueue(write) }
+            }
             if due { self.emit(id, .progressed(progress)) }
             for batchID in batches {
                 self.withBatch(batchID) {
@@ -922,17 +930,18 @@ extension TransferManager {
             }
         }
 
-        /// Updates a record for a new byte count, and queues the checkpoint when one is due; returns whether a
-        /// progress event is due, and what the caller needs for the events.
+        /// Updates a record for a new byte count; returns whether a progress event is due, what the caller needs for
+        /// the events, and the store's operations for the checkpoint when one is due (none with `checkpoint` never).
         private static func progressed(
             _ record: inout Record,
             id: TransferID,
             receivedBytes: Int64,
             at now: ContinuousClock.Instant,
             checkpoint: Checkpoint,
-            store: StoreWriter?,
             progressInterval: Duration
-        ) -> (due: Bool, progress: TransferProgress, batches: [BatchID], expectedBytes: Int64?) {
+        ) -> (
+            due: Bool, progress: TransferProgress, batches: [BatchID], expectedBytes: Int64?, writes: [StoreOperation]
+        ) {
             let changed = receivedBytes != record.lastReportedBytes
             record.receivedBytes = receivedBytes
             record.rate.record(totalBytes: receivedBytes, at: now)
@@ -957,16 +966,17 @@ extension TransferManager {
                         }) ?? true
                     }
                 }
-            if let store, checkpointIsDue {
+            var writes: [StoreOperation] = []
+            if checkpointIsDue {
                 if record.unsavedStart != nil {
                     record.unsavedStart = nil
-                    store.enqueue(.state(id, .running, attempts: record.machine.attempts))
-                    Self.saveValidator(of: record, id: id, to: store)
+                    writes.append(.state(id, .running, attempts: record.machine.attempts))
+                    writes.append(Self.validatorOperation(of: record, id: id))
                 }
                 record.lastCheckpoint = (now, receivedBytes)
-                store.enqueue(.checkpoint(id, bytesOnDisk: receivedBytes))
+                writes.append(.checkpoint(id, bytesOnDisk: receivedBytes))
             }
-            return (due, record.progress, record.batches, record.expectedBytes)
+            return (due, record.progress, record.batches, record.expectedBytes, writes)
         }
 
         /// Records a transfer's end, in each batch that waits for it.
@@ -1172,7 +1182,9 @@ extension TransferManager {
                     { ($0.request.url, $0.batches, $0.machine.attempts) }
                 )
             else { return }
-            if let store = self.store { Self.persist(kind, attempts: attempts, id: id, to: store) }
+            if self.store != nil, let write = Self.operation(for: kind, attempts: attempts, id: id) {
+                self.store?.enqueue(write)
+            }
             // Made when someone takes it: a batch whose stream leaves transfer events out (the `haul` command's,
             // quiet) would have paid a copy of the URL and of the kind for each, and their release.
             var event: TransferEvent?
@@ -1205,38 +1217,31 @@ extension TransferManager.Core {
     /// How often a running transfer's lease is renewed when its byte count does not change (a stall).
     static let leaseRenewalInterval: Duration = .seconds(10)
 
-    /// The store operation for a transfer's event.
-    static func persist(
-        _ kind: TransferEvent.Kind,
-        attempts: Int,
-        id: TransferID,
-        to store: StoreWriter
-    ) {
+    /// The store operation for a transfer's event, if it has one.
+    static func operation(for kind: TransferEvent.Kind, attempts: Int, id: TransferID) -> StoreOperation? {
         switch kind {
-        case .queued: break  // the row was just inserted as waiting (``StoreOperation/insert(_:)``)
-        case .resumed: store.enqueue(.state(id, .waiting, attempts: attempts))
-        case .started: break  // with the first checkpoint (``Record/unsavedStart``)
-        case .paused: store.enqueue(.state(id, .paused, attempts: attempts))
-        case .retrying: store.enqueue(.state(id, .waitingToRetry, attempts: attempts))
-        case .progressed, .restarted: break
+        case .queued: nil  // the row was just inserted as waiting (``StoreOperation/insert(_:)``)
+        case .resumed: .state(id, .waiting, attempts: attempts)
+        case .started: nil  // with the first checkpoint (``Record/unsavedStart``)
+        case .paused: .state(id, .paused, attempts: attempts)
+        case .retrying: .state(id, .waitingToRetry, attempts: attempts)
+        case .progressed, .restarted: nil
         case .finished(.completed(let file)):
             // A download's completion was recorded before its rename (``StoreOperation/publishing``).
-            if !file.isRecordedInStore { store.enqueue(.completed(id, file, modified: file.modificationTime)) }
-        case .finished(.failed(let error)): store.enqueue(.failed(id, error, attempts: attempts))
-        case .finished(.cancelled): store.enqueue(.state(id, .cancelled, attempts: attempts))
-        case .finished(.skipped): store.enqueue(.state(id, .skipped, attempts: attempts))
+            file.isRecordedInStore ? nil : .completed(id, file, modified: file.modificationTime)
+        case .finished(.failed(let error)): .failed(id, error, attempts: attempts)
+        case .finished(.cancelled): .state(id, .cancelled, attempts: attempts)
+        case .finished(.skipped): .state(id, .skipped, attempts: attempts)
         }
     }
 
-    /// Writes what the server said that lets a later attempt resume (and the file's size).
-    static func saveValidator(of record: TransferManager.Record, id: TransferID, to store: StoreWriter) {
-        store.enqueue(
-            .validator(
-                id,
-                etag: record.validator?.etag,
-                lastModified: record.validator?.lastModified,
-                totalSize: record.expectedBytes
-            )
+    /// The operation that writes what the server said that lets a later attempt resume (and the file's size).
+    static func validatorOperation(of record: TransferManager.Record, id: TransferID) -> StoreOperation {
+        .validator(
+            id,
+            etag: record.validator?.etag,
+            lastModified: record.validator?.lastModified,
+            totalSize: record.expectedBytes
         )
     }
 

@@ -252,6 +252,23 @@ struct DerivedIdentifierTests {
         )
     }
 
+    @Test func anIdentifiersBytesAreThoseOfItsTextWhetherItIsHeldAsDigitsOrAsText() throws {
+        let ids: [TransferID] = ["202217891a3d3dd1", "0a0b0c0d0e0f1011", "ffffffffffffffff", "photo-1", "", "é"]
+        for id in ids {
+            #expect(id.withUTF8 { String(decoding: $0, as: UTF8.self) } == id.rawValue, "\(id)")
+        }
+        // Bound to a statement as its text.
+        let store = try TransferStore()
+        let read = try store.database.write { db in
+            try db.execute(sql: "CREATE TABLE t (v TEXT)")
+            for id in ids {
+                try db.run("INSERT INTO t (v) VALUES (?)") { $0.bind(id) }
+            }
+            return try String.fetchAll(db, sql: "SELECT v FROM t ORDER BY rowid")
+        }
+        #expect(read == ids.map(\.rawValue))
+    }
+
     @Test func aRequestsIdentifierNamesItsOwnDestinationWhenRequestsAlternateBetweenFolders() {
         // The last destination's path is kept for the next request: each request must still get its own.
         let url = URL(string: "https://example.com/a.jpg")!

@@ -648,6 +648,57 @@ struct TransferStoreTests {
         #expect(leased.map(\.rawValue) == Array(ids[0..<32]) + ["r40"])
     }
 
+    @Test(arguments: ["nothing", "folder", "headers", "state", "batch"])
+    func aBulkInsertWritesEachRowAndEntryAsOneAtATimeWouldWhetherOrNotItsRowsShareValues(differing: String) throws {
+        // 40 rows (32 + 8 in bulk) with values of their own in every column a row may have alone; row 5 and row 35
+        // differ from the rest in `differing` too, so neither bulk statement can bind that column once.
+        let (bulk, single) = (try TransferStore(), try TransferStore())
+        let batches = try (bulk.createBatch(), bulk.createBatch())
+        #expect(try (single.createBatch(), single.createBatch()) == batches)
+        let operations = (0..<40).map { index -> StoreOperation in
+            var row = self.row(String(format: "s%02d", index))
+            // Each shared column with a value no other has.
+            (row.destinationPath, row.usesContentDisposition, row.computesSHA256) = ("/tmp/x/all", true, false)
+            row.checksum = index.isMultiple(of: 2) ? "sha256:\(String(repeating: "a", count: 64))" : nil
+            row.expectedSize = index.isMultiple(of: 3) ? Int64(index) : nil
+            row.bytesOnDisk = Int64(index % 4)
+            row.totalSize = index.isMultiple(of: 5) ? 1_000 : nil
+            row.etag = index.isMultiple(of: 6) ? "\"e\(index)\"" : nil
+            row.lastModified = index.isMultiple(of: 7) ? "Tue, 01 Jan 2030 00:00:00 GMT" : nil
+            var batch = batches.0
+            if index == 5 || index == 35 {
+                switch differing {
+                case "folder": row.folder = "/tmp/y"
+                case "headers": row.headers = "[]"
+                case "state": row.state = TransferState.paused.description
+                case "batch": batch = batches.1
+                default: break
+                }
+            }
+            return .insertItem(batchID: batch, position: index, row: row)
+        }
+        let leased = try bulk.database.write { db in
+            var statements = StoreStatements()
+            return try StoreOperation.applyInserts(operations[...], db, owner: "A", statements: &statements)
+        }
+        try single.apply(owner: "A", operations)
+        let ids = operations.compactMap(\.insertedID)
+        for (written, expected) in zip(try bulk.rows(ids), try single.rows(ids)) {
+            var (written, expected) = (try #require(written), try #require(expected))
+            #expect(abs(written.updatedAt - expected.updatedAt) < 60 && written.updatedAt > 0)
+            #expect(abs((written.leaseExpires ?? 0) - (expected.leaseExpires ?? 0)) < 60)
+            (written.updatedAt, written.leaseExpires) = (0, nil)
+            (expected.updatedAt, expected.leaseExpires) = (0, nil)
+            #expect(written == expected)
+        }
+        for batch in [batches.0, batches.1] {
+            #expect(try bulk.rows(inBatch: batch).map(\.id) == single.rows(inBatch: batch).map(\.id))
+        }
+        let waiting = try bulk.rows(ids).compactMap { $0?.state == TransferState.waiting.description ? $0?.id : nil }
+        #expect(leased.map(\.rawValue) == waiting, "every waiting row, leased")
+        #expect(waiting.count == (differing == "state" ? 38 : 40))
+    }
+
     @Test func aCompletedRowSubmittedAgainIsReopenedAndLeasedByItsInsertUnlessItChangedOrIsHeld() throws {
         let store = try TransferStore()
         let ids = (0..<12).map { String(format: "c%02d", $0) }

@@ -38,6 +38,9 @@ package final class StoreWriter: Sendable {
         /// The event loop `completion` runs on, or `nil` to run it on the database's writer queue. The completions of a
         /// transaction's jobs that run on one loop go to it together, in one task.
         var loop: (any EventLoop)? = nil
+        /// Written after `operations`: kept beside them, not appended to them, as a publishing record, one a file,
+        /// usually finds none queued, and appending it made an array for it (and one more, passed as an array of one).
+        var last: StoreOperation? = nil
     }
 
     private struct State: Sendable {
@@ -131,20 +134,20 @@ package final class StoreWriter: Sendable {
     /// thread: for the end of a manager's scope and for benchmarks, not for transfers.
     package func flush(adding last: StoreOperation? = nil) {
         let done = DispatchSemaphore(value: 0)
-        self.submit(adding: last.map { [$0] } ?? [], timing: .promptly) { done.signal() }
+        self.submit(adding: last, timing: .promptly) { done.signal() }
         done.wait()
     }
 
     /// Starts writing what is queued now, in one transaction, and returns at once (the periodic flush): it joins a
     /// transaction already waited for rather than cutting the wait short.
     func flushInBackground() {
-        self.submit(adding: [], timing: .withOthers) {}
+        self.submit(adding: nil, timing: .withOthers) {}
     }
 
     /// Starts writing what is queued now and returns at once, cutting short a wait for publishing records under way:
     /// nothing else is coming to share it (every transfer has been stopped).
     func flushPromptly() {
-        self.submit(adding: [], timing: .promptly) {}
+        self.submit(adding: nil, timing: .promptly) {}
     }
 
     /// Writes what is queued now and then `last`, in one transaction, and calls `written` once it is written (on
@@ -162,7 +165,7 @@ package final class StoreWriter: Sendable {
         on loop: (any EventLoop)? = nil,
         then written: @escaping @Sendable () -> Void
     ) {
-        self.submit(adding: [last], timing: lingering ? .afterLinger(self.linger) : .promptly, on: loop, then: written)
+        self.submit(adding: last, timing: lingering ? .afterLinger(self.linger) : .promptly, on: loop, then: written)
     }
 
     /// Claims a transfer before its request, writing what is queued up to the transfer's row first (the rest waits
@@ -177,8 +180,12 @@ package final class StoreWriter: Sendable {
         let store = self.store
         let result = await withCheckedContinuation { continuation in
             // Promptly: the transfer's request waits for it.
-            self.submit(adding: [], through: id, timing: .promptly, then: { try store.claim(id, owner: owner, in: $0) })
-            {
+            self.submit(
+                adding: nil,
+                through: id,
+                timing: .promptly,
+                then: { try store.claim(id, owner: owner, in: $0) }
+            ) {
                 continuation.resume(returning: $0)
             }
         }
@@ -186,7 +193,7 @@ package final class StoreWriter: Sendable {
         return (try? result.get()) ?? .claimed
     }
 
-    /// Takes the queued operations and schedules them, then `extra`, then `body`, as a job; nothing waits here.
+    /// Takes the queued operations and schedules them, then `last`, then `body`, as a job; nothing waits here.
     ///
     /// Jobs run in the order they were submitted (taking the operations and queueing the job happen under one lock).
     /// While a transaction runs, new jobs wait and then share the next one: a group commit, so sixteen transfers
@@ -197,7 +204,7 @@ package final class StoreWriter: Sendable {
     /// has been taken already), and leaves the rest queued in order: a claim waits for its own row, not for the
     /// hundreds of rows a batch being added queued after it (the first request of a batch waited for them).
     private func submit<T: Sendable>(
-        adding extra: [StoreOperation],
+        adding last: StoreOperation?,
         through id: TransferID? = nil,
         timing: Timing,
         then body: @escaping @Sendable (Database) throws -> T,
@@ -218,32 +225,32 @@ package final class StoreWriter: Sendable {
             },
             completion: {
                 completion(result.withLockedValue { $0 } ?? .failure(CancellationError()))
-            }
+            },
+            last: last
         )
-        self.schedule(job, adding: extra, through: id, timing: timing)
+        self.schedule(job, through: id, timing: timing)
     }
 
-    /// Takes the queued operations and schedules them, then `extra`, as a job that does nothing else, and calls
+    /// Takes the queued operations and schedules them, then `last`, as a job that does nothing else, and calls
     /// `written` when its transaction has ended (committed or not; an error is kept as ``lastError``), on `loop` when
     /// there is one. Without the result, body and completion of ``submit(adding:through:timing:then:completion:)``: a
     /// publishing record takes this way, one a file, and each closure and box was an allocation.
     private func submit(
-        adding extra: [StoreOperation],
+        adding last: StoreOperation?,
         timing: Timing,
         on loop: (any EventLoop)? = nil,
         then written: @escaping @Sendable () -> Void
     ) {
         self.schedule(
-            Job(operations: [], mayLinger: timing.mayLinger, body: nil, completion: written, loop: loop),
-            adding: extra,
+            Job(operations: [], mayLinger: timing.mayLinger, body: nil, completion: written, loop: loop, last: last),
             through: nil,
             timing: timing
         )
     }
 
-    /// Queues `job` with the operations queued so far (up to `id`'s insert, with `id`) and then `extra`, and starts
-    /// its transaction as `timing` says.
-    private func schedule(_ job: Job, adding extra: [StoreOperation], through id: TransferID?, timing: Timing) {
+    /// Queues `job` with the operations queued so far (up to `id`'s insert, with `id`) before its own `last`, and
+    /// starts its transaction as `timing` says.
+    private func schedule(_ job: Job, through id: TransferID?, timing: Timing) {
         let start = self.state.withLockedValue { state -> Start in
             var job = job
             if let id {
@@ -254,7 +261,6 @@ package final class StoreWriter: Sendable {
                 // Moved, not copied: the queued operations hold whole rows.
                 swap(&job.operations, &state.pending)
             }
-            job.operations.append(contentsOf: extra)
             state.jobs.append(job)
             switch (state.phase, timing) {
             case (.writing, _), (.lingering, .afterLinger), (.lingering, .withOthers):
@@ -298,37 +304,47 @@ package final class StoreWriter: Sendable {
             return state.jobs
         }
         let owner = self.owner
-        if jobs.contains(where: { !$0.operations.isEmpty }) { self.store.willWriteTransfers() }
+        if jobs.contains(where: { !$0.operations.isEmpty || $0.last != nil }) { self.store.willWriteTransfers() }
         self.store.database.asyncWriteWithoutTransaction { db in
             let result = Result { () throws -> Set<TransferID> in
                 try Self.inImmediateTransaction(db) {
                     var leased: Set<TransferID> = []
                     var statements = StoreStatements()
-                    for job in jobs {
-                        // By index: iterating would copy each operation (a row's dozen strings) out of the array.
-                        var index = job.operations.startIndex
-                        while index < job.operations.endIndex {
+                    // By index, jobs and operations: iterating would copy each job, and each operation (a row's dozen
+                    // strings), out of its array.
+                    for job in jobs.indices {
+                        let operations = jobs[job].operations
+                        var index = operations.startIndex
+                        while index < operations.endIndex {
                             // A run of inserts (a batch being added, with the reopenings of completed rows among
                             // them) goes in bulk; neither gives a lease up.
                             var end = index
-                            while end < job.operations.endIndex, job.operations[end].runsWithInserts { end += 1 }
+                            while end < operations.endIndex, operations[end].runsWithInserts { end += 1 }
                             if end - index >= StoreOperation.bulkInsertRows.last! {
-                                let run = job.operations[index..<end]
+                                let run = operations[index..<end]
                                 leased.formUnion(
                                     try StoreOperation.applyInserts(run, db, owner: owner, statements: &statements)
                                 )
                                 index = end
                                 continue
                             }
-                            if try job.operations[index].apply(db, owner: owner, statements: &statements),
-                                let id = job.operations[index].insertedID
+                            if try operations[index].apply(db, owner: owner, statements: &statements),
+                                let id = operations[index].insertedID
                             {
                                 leased.insert(id)
                             }
-                            if let id = job.operations[index].releasedLease { leased.remove(id) }
+                            if let id = operations[index].releasedLease { leased.remove(id) }
                             index += 1
                         }
-                        try job.body?(db)
+                        if jobs[job].last != nil {
+                            if try jobs[job].last!.apply(db, owner: owner, statements: &statements),
+                                let id = jobs[job].last!.insertedID
+                            {
+                                leased.insert(id)
+                            }
+                            if let id = jobs[job].last!.releasedLease { leased.remove(id) }
+                        }
+                        try jobs[job].body?(db)
                     }
                     return leased
                 }
@@ -415,6 +431,7 @@ package final class StoreWriter: Sendable {
                 if let id = state.pending[index].releasedLease { leased.remove(id) }
             }
             for job in state.jobs.indices {
+                if let id = state.jobs[job].last?.releasedLease { leased.remove(id) }
                 for index in state.jobs[job].operations.indices {
                     if let id = state.jobs[job].operations[index].releasedLease { leased.remove(id) }
                 }
