@@ -17,7 +17,9 @@
  * `prefill` (the planned final path, a size and a time written with the row, so that the completion grows it less),
  * `split` (what changes while a file runs, state to lease, in a table `status` of its own keyed by the identifier; the
  * request's columns in `transfer`; with `norowid` too, `status` is WITHOUT ROWID), `journal` (each completion appended
- * to a narrow table `completion` without a key or an index; the transfer rows are left as inserted).
+ * to a narrow table `completion` without a key or an index; the transfer rows are left as inserted), `entries` (each
+ * row's batch entry too, as the store writes it: `batchEntry`, keyed by batch and position, WITHOUT ROWID, 32 rows
+ * to a statement with the batch's number bound once).
  * The database is /dev/shm/haul-rows.db. Not part of `swift test`.
  */
 #include <sqlite3.h>
@@ -76,6 +78,9 @@ static const char *split_completion =
 static const char *journal_schema =
     "CREATE TABLE completion (transferID TEXT NOT NULL, finalPath TEXT NOT NULL, size INTEGER NOT NULL,"
     " modified DOUBLE, sha256 TEXT, updatedAt DOUBLE NOT NULL, leaseOwner TEXT, leaseExpires DOUBLE)";
+static const char *entries_schema =
+    "CREATE TABLE batchEntry (batchID INTEGER NOT NULL, position INTEGER NOT NULL, transferID TEXT NOT NULL,"
+    " PRIMARY KEY (batchID, position)) WITHOUT ROWID";
 static const char *journal_completion =
     "INSERT INTO completion (size, finalPath, modified, sha256, updatedAt, leaseOwner, leaseExpires, transferID)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
@@ -115,7 +120,7 @@ static void check(int code, sqlite3 *db) {
 int main(int argc, char **argv) {
     int narrow = has(argc, argv, "narrow"), from = has(argc, argv, "from"), byrowid = has(argc, argv, "byrowid");
     int intkey = has(argc, argv, "intkey"), prefill = has(argc, argv, "prefill"), split = has(argc, argv, "split");
-    int journal = has(argc, argv, "journal");
+    int journal = has(argc, argv, "journal"), entries = has(argc, argv, "entries");
     unlink("/dev/shm/haul-rows.db");
     unlink("/dev/shm/haul-rows.db-wal");
     unlink("/dev/shm/haul-rows.db-shm");
@@ -138,6 +143,17 @@ int main(int argc, char **argv) {
     }
     check(sqlite3_exec(db, schema, NULL, NULL, NULL), db);
     if (journal) check(sqlite3_exec(db, journal_schema, NULL, NULL, NULL), db);
+    sqlite3_stmt *entry = NULL;
+    if (entries) {
+        check(sqlite3_exec(db, entries_schema, NULL, NULL, NULL), db);
+        char sql[4096] = "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES ";
+        for (int k = 0; k < PER_INSERT; k++) {
+            char values[64];
+            snprintf(values, sizeof values, "%s(?1, ?%d, ?%d)", k ? ", " : "", 2 * k + 2, 2 * k + 3);
+            strcat(sql, values);
+        }
+        check(sqlite3_prepare_v2(db, sql, -1, &entry, NULL), db);
+    }
 
     static char ids[ROWS][17];
     srand(1);
@@ -175,6 +191,15 @@ int main(int argc, char **argv) {
             }
             check(sqlite3_step(insert), db);
             sqlite3_reset(insert);
+        }
+        if (entries) {
+            sqlite3_bind_int64(entry, 1, 1);
+            for (int k = 0; k < PER_INSERT; k++) {
+                sqlite3_bind_int64(entry, 2 * k + 2, i + k);
+                sqlite3_bind_text(entry, 2 * k + 3, ids[i + k], 16, SQLITE_STATIC);
+            }
+            check(sqlite3_step(entry), db);
+            sqlite3_reset(entry);
         }
         check(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), db);
     }
