@@ -38,6 +38,9 @@ package final class StoreWriter: Sendable {
         /// The event loop `completion` runs on, or `nil` to run it on the database's writer queue. The completions of a
         /// transaction's jobs that run on one loop go to it together, in one task.
         var loop: (any EventLoop)? = nil
+        /// A job that does nothing, to swap a job into a place with.
+        static let placeholder = Job(operations: [], mayLinger: false, body: nil, completion: {})
+
         /// Written after `operations`: kept beside them, not appended to them, as a publishing record, one a file,
         /// usually finds none queued, and appending it made an array for it (and one more, passed as an array of one).
         var last: StoreOperation? = nil
@@ -250,9 +253,9 @@ package final class StoreWriter: Sendable {
 
     /// Queues `job` with the operations queued so far (up to `id`'s insert, with `id`) before its own `last`, and
     /// starts its transaction as `timing` says.
-    private func schedule(_ job: Job, through id: TransferID?, timing: Timing) {
+    private func schedule(_ job: consuming Job, through id: TransferID?, timing: Timing) {
+        var job = job
         let start = self.state.withLockedValue { state -> Start in
-            var job = job
             if let id {
                 let end = state.pending.firstIndex { $0.insertedID == id }.map { $0 + 1 } ?? 0
                 job.operations = Array(state.pending[..<end])
@@ -261,7 +264,9 @@ package final class StoreWriter: Sendable {
                 // Moved, not copied: the queued operations hold whole rows.
                 swap(&job.operations, &state.pending)
             }
-            state.jobs.append(job)
+            // Moved in, not copied: a copy counted each of its references once more here and once less after.
+            state.jobs.append(Job.placeholder)
+            swap(&state.jobs[state.jobs.count - 1], &job)
             switch (state.phase, timing) {
             case (.writing, _), (.lingering, .afterLinger), (.lingering, .withOthers):
                 return .none
@@ -366,7 +371,7 @@ package final class StoreWriter: Sendable {
                 // take a transaction at once. Without this wait, a busy writer ran transactions back to back, each
                 // with the few records that came during the one before (2,000 small files: 360 transactions of 5
                 // or 6 records, the writer's thread never idle).
-                if state.jobs.allSatisfy(\.mayLinger) {
+                if state.jobs.allSatisfy({ $0.mayLinger }) {
                     state.lingerCount += 1
                     state.phase = .lingering(state.lingerCount)
                     return .afterLinger(self.linger, number: state.lingerCount)
@@ -384,15 +389,17 @@ package final class StoreWriter: Sendable {
     /// (NIO's task queue cost the loops 1.7 ms on 2,000 small files, against 0.3 ms without a store).
     private static func complete(_ jobs: [Job]) {
         var groups: [(loop: any EventLoop, completions: [@Sendable () -> Void])] = []
-        for job in jobs {
-            guard let loop = job.loop else {
-                job.completion()
+        // By index: iterating copied each job whole (its operations, closures, loop and record counted once more from
+        // this thread, and once less), for its completion and loop.
+        for job in jobs.indices {
+            guard let loop = jobs[job].loop else {
+                jobs[job].completion()
                 continue
             }
             if let index = groups.firstIndex(where: { $0.loop === loop }) {
-                groups[index].completions.append(job.completion)
+                groups[index].completions.append(jobs[job].completion)
             } else {
-                groups.append((loop, [job.completion]))
+                groups.append((loop, [jobs[job].completion]))
             }
         }
         for (loop, completions) in groups {
