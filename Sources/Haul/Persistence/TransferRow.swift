@@ -529,7 +529,7 @@ extension StatementBinder {
 }
 
 extension StatementBinder {
-    /// Binds the values ``SQLText/sharedInsert`` shares between its rows, from `row` (any of them), leased to `owner`.
+    /// Binds the values ``SQLText/sharedInsert`` shares between its rows, from `item` (any of them), leased to `owner`.
     mutating func sharedInsertValues(of item: InsertedRow, owner: String, now: Double) {
         self.bind(item.row.destinationKind)
         self.bind(item.row.destinationPath)
@@ -612,9 +612,10 @@ enum SQLText {
         let shared = 12
         let own = 9
         let values = (0..<rows).map { row in
-            let p = (1...own).map { "?\(shared + row * own + $0)" }
-            return "(\(p[0]), \(p[1]), ?1, ?2, ?3, \(p[2]), ?4, ?5, ?6, \(p[3]), \(p[4]), ?7, ?8, \(p[5]), \(p[6]), "
-                + "\(p[7]), \(p[8]), 0, ?9, ?10, ?11, ?12)"
+            // The row's own parameters, in the order ``StatementBinder/ownInsertValues(of:)`` binds them.
+            let mine = (1...own).map { "?\(shared + row * own + $0)" }
+            return "(\(mine[0]), \(mine[1]), ?1, ?2, ?3, \(mine[2]), ?4, ?5, ?6, \(mine[3]), \(mine[4]), ?7, ?8, "
+                + "\(mine[5]), \(mine[6]), \(mine[7]), \(mine[8]), 0, ?9, ?10, ?11, ?12)"
         }
         return StoreSQL(
             number: 16 + level,
