@@ -683,13 +683,20 @@ struct TransferStoreTests {
         }
         try single.apply(owner: "A", operations)
         let ids = operations.compactMap(\.insertedID)
-        for (written, expected) in zip(try bulk.rows(ids), try single.rows(ids)) {
-            var (written, expected) = (try #require(written), try #require(expected))
+        let given = operations.map { operation -> TransferRow? in
+            if case .insert(let item) = operation { item.row } else { nil }
+        }
+        for ((written, expected), given) in zip(zip(try bulk.rows(ids), try single.rows(ids)), given) {
+            var (written, expected, given) = (try #require(written), try #require(expected), try #require(given))
             #expect(abs(written.updatedAt - expected.updatedAt) < 60 && written.updatedAt > 0)
             #expect(abs((written.leaseExpires ?? 0) - (expected.leaseExpires ?? 0)) < 60)
             (written.updatedAt, written.leaseExpires) = (0, nil)
             (expected.updatedAt, expected.leaseExpires) = (0, nil)
             #expect(written == expected)
+            // Both ways bind through the same functions: each column also reads back as the row gave it (the store
+            // sets the time and the lease).
+            (given.updatedAt, given.leaseOwner, given.leaseExpires) = (0, written.leaseOwner, nil)
+            #expect(written == given, "\(given.id) as given")
         }
         for batch in [batches.0, batches.1] {
             #expect(try bulk.rows(inBatch: batch).map(\.id) == single.rows(inBatch: batch).map(\.id))

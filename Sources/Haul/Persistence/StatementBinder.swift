@@ -29,21 +29,26 @@ struct StatementBinder {
 
     mutating func bind(_ value: String?) {
         guard let value else { return self.check(sqlite3_bind_null(self.handle, self.index)) }
+        self.check(value.withUTF8Bytes(self.bindText))
+    }
+
+    /// Binds a transfer's identifier as its text, ``TransferID/rawValue``, without making that string.
+    mutating func bind(_ id: TransferID) {
+        self.check(id.withUTF8(self.bindText))
+    }
+
+    /// Binds `bytes` as text to the next parameter: copied into ``text`` when there is one, else by SQLite.
+    private func bindText(_ bytes: UnsafeBufferPointer<UInt8>) -> Int32 {
         if let text = self.text {
-            self.check(text.bind(value, to: self.handle, at: self.index))
+            text.bind(bytes, to: self.handle, at: self.index)
         } else {
-            self.check(Self.bindText(value, to: self.handle, at: self.index))
+            Self.bindText(bytes, to: self.handle, at: self.index)
         }
     }
 
-    /// Binds `value` to parameter `index` of `handle`, with its length in bytes, not as a C string, which would end at
-    /// a NUL character. SQLITE_TRANSIENT: SQLite copies the text, which lives only for this call. An empty string has
-    /// no storage to point at.
-    static func bindText(_ value: String, to handle: SQLiteStatement, at index: Int32) -> Int32 {
-        value.withUTF8Bytes { Self.bindText($0, to: handle, at: index) }
-    }
-
-    /// Binds a copy of `bytes` (SQLite makes it) to parameter `index` of `handle`.
+    /// Binds a copy of `bytes` (SQLite makes it) to parameter `index` of `handle`, with its length in bytes, not as a
+    /// C string, which would end at a NUL character. SQLITE_TRANSIENT: SQLite copies the text, which lives only for
+    /// this call. An empty string has no storage to point at.
     static func bindText(_ bytes: UnsafeBufferPointer<UInt8>, to handle: SQLiteStatement, at index: Int32) -> Int32 {
         guard let base = bytes.baseAddress, !bytes.isEmpty else {
             return sqlite3_bind_text(handle, index, "", 0, Self.transient)
@@ -51,18 +56,6 @@ struct StatementBinder {
         return base.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
             sqlite3_bind_text(handle, index, $0, Int32(bytes.count), Self.transient)
         }
-    }
-
-    /// Binds a transfer's identifier as its text, ``TransferID/rawValue``, without making that string.
-    mutating func bind(_ id: TransferID) {
-        let code = id.withUTF8 { bytes in
-            if let text = self.text {
-                text.bind(bytes, to: self.handle, at: self.index)
-            } else {
-                Self.bindText(bytes, to: self.handle, at: self.index)
-            }
-        }
-        self.check(code)
     }
 
     mutating func bind(_ value: Int64?) {
@@ -178,13 +171,8 @@ final class BoundText {
         for block in self.blocks { block.deallocate() }
     }
 
-    /// Binds a copy of `string` to parameter `index` of `handle`, as `SQLITE_STATIC`: the copy lasts until
-    /// ``reset()``. A string larger than a block is bound as `SQLITE_TRANSIENT` (SQLite copies it).
-    func bind(_ string: String, to handle: SQLiteStatement, at index: Int32) -> Int32 {
-        string.withUTF8Bytes { self.bind($0, to: handle, at: index) }
-    }
-
-    /// Binds a copy of `bytes` as ``bind(_:to:at:)`` binds a string's.
+    /// Binds a copy of `bytes` to parameter `index` of `handle`, as `SQLITE_STATIC`: the copy lasts until
+    /// ``reset()``. Text larger than a block is bound as `SQLITE_TRANSIENT` (SQLite copies it).
     func bind(_ bytes: UnsafeBufferPointer<UInt8>, to handle: SQLiteStatement, at index: Int32) -> Int32 {
         let count = bytes.count
         guard count <= Self.blockSize else { return StatementBinder.bindText(bytes, to: handle, at: index) }

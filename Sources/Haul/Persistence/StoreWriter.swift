@@ -38,12 +38,12 @@ package final class StoreWriter: Sendable {
         /// The event loop `completion` runs on, or `nil` to run it on the database's writer queue. The completions of a
         /// transaction's jobs that run on one loop go to it together, in one task.
         var loop: (any EventLoop)? = nil
-        /// A job that does nothing, to swap a job into a place with.
-        static let placeholder = Job(operations: [], mayLinger: false, body: nil, completion: {})
-
         /// Written after `operations`: kept beside them, not appended to them, as a publishing record, one a file,
         /// usually finds none queued, and appending it made an array for it (and one more, passed as an array of one).
         var last: StoreOperation? = nil
+
+        /// A job that does nothing, to swap a job into a place with.
+        static let placeholder = Job(operations: [], mayLinger: false, body: nil, completion: {})
     }
 
     private struct State: Sendable {
@@ -333,22 +333,10 @@ package final class StoreWriter: Sendable {
                                 index = end
                                 continue
                             }
-                            if try operations[index].apply(db, owner: owner, statements: &statements),
-                                let id = operations[index].insertedID
-                            {
-                                leased.insert(id)
-                            }
-                            if let id = operations[index].releasedLease { leased.remove(id) }
+                            try Self.apply(operations[index], db, owner, &statements, &leased)
                             index += 1
                         }
-                        if jobs[job].last != nil {
-                            if try jobs[job].last!.apply(db, owner: owner, statements: &statements),
-                                let id = jobs[job].last!.insertedID
-                            {
-                                leased.insert(id)
-                            }
-                            if let id = jobs[job].last!.releasedLease { leased.remove(id) }
-                        }
+                        if let last = jobs[job].last { try Self.apply(last, db, owner, &statements, &leased) }
                         try jobs[job].body?(db)
                     }
                     return leased
@@ -381,6 +369,20 @@ package final class StoreWriter: Sendable {
             }
             self.start(next)
         }
+    }
+
+    /// Applies one operation, and keeps `leased` up to date: the transfers whose lease the transaction took and kept.
+    private static func apply(
+        _ operation: StoreOperation,
+        _ db: Database,
+        _ owner: String,
+        _ statements: inout StoreStatements,
+        _ leased: inout Set<TransferID>
+    ) throws {
+        if try operation.apply(db, owner: owner, statements: &statements), let id = operation.insertedID {
+            leased.insert(id)
+        }
+        if let id = operation.releasedLease { leased.remove(id) }
     }
 
     /// Calls the jobs' completions after their transaction: on the writer queue for jobs without a loop, and for the

@@ -359,7 +359,7 @@ package enum StoreOperation: Sendable {
                 let now = Date().timeIntervalSince1970
                 if let first = Self.sharedInsert(chunk) {
                     try db.run(SQLText.sharedInsert[level], &statements) { bind in
-                        bind.sharedInsertValues(of: first, owner: owner, now: now)
+                        bind.sharedInsertValues(of: first, leaseOwner: owner, now: now)
                         for index in chunk.indices {
                             guard case .insert(let item) = chunk[index] else { continue }
                             bind.ownInsertValues(of: item)
@@ -499,38 +499,10 @@ extension StatementBinder {
         self.bind(now)
     }
 
-    /// Binds one row of ``SQLText/insert``'s values; a row in state `waiting` is leased to `owner`. The row's fields
-    /// are read where they are: a row passed as a value was copied out of its `InsertedRow` (a retain and a release of
-    /// each of its strings).
-    mutating func insertValues(of item: InsertedRow, owner: String, now: Double) {
-        let leases = item.row.state == TransferState.waiting.description
-        self.bind(item.row.id)
-        self.bind(item.row.url)
-        self.bind(item.row.destinationKind)
-        self.bind(item.row.destinationPath)
-        self.bind(item.row.folder)
-        self.bind(item.row.nameComponents)
-        self.bind(item.row.usesContentDisposition)
-        self.bind(item.row.conflictPolicy)
-        self.bind(item.row.headers)
-        self.bind(item.row.checksum)
-        self.bind(item.row.expectedSize)
-        self.bind(item.row.computesSHA256)
-        self.bind(item.row.state)
-        self.bind(item.row.bytesOnDisk)
-        self.bind(item.row.totalSize)
-        self.bind(item.row.etag)
-        self.bind(item.row.lastModified)
-        self.bind(now)
-        self.bind(item.row.operation)
-        self.bind(leases ? owner : nil)
-        self.bind(leases ? now + TransferStore.insertLeaseDuration : nil)
-    }
-}
-
-extension StatementBinder {
-    /// Binds the values ``SQLText/sharedInsert`` shares between its rows, from `item` (any of them), leased to `owner`.
-    mutating func sharedInsertValues(of item: InsertedRow, owner: String, now: Double) {
+    /// Binds the values a batch's rows share in an insert (``SQLText/insert``, ``SQLText/sharedInsert``), as
+    /// `item`'s row has them, leased to `leaseOwner` (none: no lease). The row's fields are read where they are: a
+    /// row passed as a value was copied out of its `InsertedRow` (a retain and a release of each of its strings).
+    mutating func sharedInsertValues(of item: InsertedRow, leaseOwner: String?, now: Double) {
         self.bind(item.row.destinationKind)
         self.bind(item.row.destinationPath)
         self.bind(item.row.folder)
@@ -541,11 +513,11 @@ extension StatementBinder {
         self.bind(item.row.state)
         self.bind(now)
         self.bind(item.row.operation)
-        self.bind(owner)
-        self.bind(now + TransferStore.insertLeaseDuration)
+        self.bind(leaseOwner)
+        self.bind(leaseOwner == nil ? nil : now + TransferStore.insertLeaseDuration)
     }
 
-    /// Binds one row's own values of ``SQLText/sharedInsert``.
+    /// Binds one row's own values in an insert (``SQLText/insert``, ``SQLText/sharedInsert``).
     mutating func ownInsertValues(of item: InsertedRow) {
         self.bind(item.row.id)
         self.bind(item.row.url)
@@ -556,6 +528,13 @@ extension StatementBinder {
         self.bind(item.row.totalSize)
         self.bind(item.row.etag)
         self.bind(item.row.lastModified)
+    }
+
+    /// Binds all of one row's values in ``SQLText/insert``: a row in state `waiting` is leased to `owner`.
+    mutating func insertValues(of item: InsertedRow, owner: String, now: Double) {
+        self.ownInsertValues(of: item)
+        let leases = item.row.state == TransferState.waiting.description
+        self.sharedInsertValues(of: item, leaseOwner: leases ? owner : nil, now: now)
     }
 }
 
@@ -583,57 +562,75 @@ enum SQLText {
     /// Gives the lease up when this manager holds it. Binds the owner.
     static let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
 
-    /// Inserts rows (one, then each of ``StoreOperation/bulkInsertRows``), each bound by
-    /// ``StatementBinder/insertValues(of:owner:now:)``, then the two of ``mine``.
+    /// Inserts rows (one, then each of ``StoreOperation/bulkInsertRows``), each row bound by
+    /// ``StatementBinder/ownInsertValues(of:)`` and then ``StatementBinder/sharedInsertValues(of:leaseOwner:now:)``,
+    /// then the two of ``mine``.
     static let insert = ([1] + StoreOperation.bulkInsertRows).enumerated().map { number, rows in
-        StoreSQL(
+        let perRow = ownInsertColumns + sharedInsertColumns
+        return StoreSQL(
             number: number,
-            text: """
-                INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
-                    usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-                    bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner,
-                    leaseExpires)
-                VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)", count: rows)
-                    .joined(separator: ", "))
-                ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
-                    checksum = excluded.checksum, expectedSize = excluded.expectedSize,
-                    operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
-                    updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner,
-                    leaseExpires = excluded.leaseExpires
-                WHERE \(mine)
-                """
+            text: insertText(
+                rows: (0..<rows).map { row in
+                    insertValues(
+                        own: (1...ownInsertColumns).map { "?\(row * perRow + $0)" },
+                        shared: (1...sharedInsertColumns).map { "?\(row * perRow + ownInsertColumns + $0)" }
+                    )
+                },
+                owner: "?\(rows * perRow + 1)",
+                now: "?\(rows * perRow + 2)"
+            )
         )
     }
     /// ``insert``'s bulk statements for rows that share all but their own values: the values they share are bound
-    /// once, as numbered parameters every row refers to (``StatementBinder/sharedInsertValues(of:owner:now:)``, then
-    /// ``StatementBinder/ownInsertValues(of:)`` for each row), and ``mine`` reads the owner and now from them. On
-    /// 2,000 small files, 24,000 bindings fewer.
+    /// once, as numbered parameters every row refers to (``StatementBinder/sharedInsertValues(of:leaseOwner:now:)``,
+    /// then ``StatementBinder/ownInsertValues(of:)`` for each row), and ``mine`` reads the owner and now from them.
+    /// On 2,000 small files, 24,000 bindings fewer.
     static let sharedInsert = StoreOperation.bulkInsertRows.enumerated().map { level, rows in
-        let shared = 12
-        let own = 9
-        let values = (0..<rows).map { row in
-            // The row's own parameters, in the order ``StatementBinder/ownInsertValues(of:)`` binds them.
-            let mine = (1...own).map { "?\(shared + row * own + $0)" }
-            return "(\(mine[0]), \(mine[1]), ?1, ?2, ?3, \(mine[2]), ?4, ?5, ?6, \(mine[3]), \(mine[4]), ?7, ?8, "
-                + "\(mine[5]), \(mine[6]), \(mine[7]), \(mine[8]), 0, ?9, ?10, ?11, ?12)"
-        }
+        let shared = (1...sharedInsertColumns).map { "?\($0)" }
         return StoreSQL(
             number: 16 + level,
-            text: """
-                INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
-                    usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-                    bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner,
-                    leaseExpires)
-                VALUES \(values.joined(separator: ", "))
-                ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
-                    checksum = excluded.checksum, expectedSize = excluded.expectedSize,
-                    operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
-                    updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner,
-                    leaseExpires = excluded.leaseExpires
-                WHERE (leaseOwner = ?11 OR ((leaseOwner IS NULL OR leaseExpires < ?9) AND state != 'completed'))
-                """
+            text: insertText(
+                rows: (0..<rows).map { row in
+                    insertValues(
+                        own: (1...ownInsertColumns).map { "?\(sharedInsertColumns + row * ownInsertColumns + $0)" },
+                        shared: shared
+                    )
+                },
+                owner: shared[10],
+                now: shared[8]
+            )
         )
     }
+
+    /// How many values ``StatementBinder/ownInsertValues(of:)`` binds.
+    static let ownInsertColumns = 9
+    /// How many values ``StatementBinder/sharedInsertValues(of:leaseOwner:now:)`` binds.
+    static let sharedInsertColumns = 12
+
+    /// One row's values in an insert, from the parameters of its own values and of those a batch's rows share, each
+    /// in the order its binding function binds them.
+    private static func insertValues(own: [String], shared: [String]) -> String {
+        "(\(own[0]), \(own[1]), \(shared[0]), \(shared[1]), \(shared[2]), \(own[2]), \(shared[3]), \(shared[4]), "
+            + "\(shared[5]), \(own[3]), \(own[4]), \(shared[6]), \(shared[7]), \(own[5]), \(own[6]), \(own[7]), "
+            + "\(own[8]), 0, \(shared[8]), \(shared[9]), \(shared[10]), \(shared[11]))"
+    }
+
+    /// An insert of `rows` (each from ``insertValues(own:shared:)``) that updates a row the store has when it is
+    /// ``mine`` for the parameters `owner` and `now`.
+    private static func insertText(rows: [String], owner: String, now: String) -> String {
+        """
+        INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
+            usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
+            bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner, leaseExpires)
+        VALUES \(rows.joined(separator: ", "))
+        ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
+            checksum = excluded.checksum, expectedSize = excluded.expectedSize,
+            operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
+            updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner, leaseExpires = excluded.leaseExpires
+        WHERE (leaseOwner = \(owner) OR ((leaseOwner IS NULL OR leaseExpires < \(now)) AND state != 'completed'))
+        """
+    }
+
     static let batchEntry = StoreSQL(
         number: 3,
         text: "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES (?, ?, ?)"

@@ -501,7 +501,7 @@ public final class TransferStore: Sendable {
             let handle = statement.sqliteStatement
             return try ids.map { id in
                 defer { sqlite3_reset(handle) }
-                let code = StatementBinder.bindText(id.rawValue, to: handle, at: 1)
+                let code = id.withUTF8 { StatementBinder.bindText($0, to: handle, at: 1) }
                 let step = code == SQLITE_OK ? sqlite3_step(handle) : code
                 switch step {
                 case SQLITE_ROW: return TransferRow(columnsOf: handle)
