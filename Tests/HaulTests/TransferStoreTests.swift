@@ -1019,6 +1019,16 @@ struct TransferStoreTests {
         #expect(try store.database.read { try Int.fetchOne($0, sql: "PRAGMA temp_store") } == 2)
     }
 
+    @Test func aFileStoreCopiesItsLogIntoTheDatabaseOnlyPastFourThousandPages() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("haul-log-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = try TransferStore(path: folder.appendingPathComponent("state.sqlite"))
+        // SQLite's 1,000 pages copied the pages a long batch rewrites in every transaction again at each copy.
+        #expect(try store.database.read { try Int.fetchOne($0, sql: "PRAGMA wal_autocheckpoint") } == 4_000)
+        let reopened = try TransferStore(path: folder.appendingPathComponent("state.sqlite"))
+        #expect(try reopened.database.read { try Int.fetchOne($0, sql: "PRAGMA wal_autocheckpoint") } == 4_000)
+    }
+
     @Test func memoryStatisticsCannotBeTurnedOffOnceSQLiteIsInUse() throws {
         let store = try TransferStore()
         #expect(!TransferStore.disableMemoryStatistics(), "SQLite refuses the change once it is initialized")
