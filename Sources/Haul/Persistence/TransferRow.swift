@@ -558,7 +558,14 @@ enum SQLText {
 
     /// A transfer this manager may write: its lease is this manager's, or free (or expired) on an unsettled row. Binds
     /// the owner, then now.
-    static let mine = "(leaseOwner = ? OR ((leaseOwner IS NULL OR leaseExpires < ?) AND state != 'completed'))"
+    static let mine = mine(owner: "?", now: "?")
+
+    /// ``mine`` with its owner and now read from the parameters `owner` and `now` (numbered ones, which a statement
+    /// binds once and refers to again).
+    static func mine(owner: String, now: String) -> String {
+        "(leaseOwner = \(owner) OR ((leaseOwner IS NULL OR leaseExpires < \(now)) AND state != 'completed'))"
+    }
+
     /// Gives the lease up when this manager holds it. Binds the owner.
     static let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
 
@@ -627,7 +634,7 @@ enum SQLText {
             checksum = excluded.checksum, expectedSize = excluded.expectedSize,
             operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
             updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner, leaseExpires = excluded.leaseExpires
-        WHERE (leaseOwner = \(owner) OR ((leaseOwner IS NULL OR leaseExpires < \(now)) AND state != 'completed'))
+        WHERE \(mine(owner: owner, now: now))
         """
     }
 
@@ -689,7 +696,7 @@ enum SQLText {
             UPDATE transfer SET state = 'completed', bytesOnDisk = ?1, totalSize = ?1, finalPath = ?2, finalSize = ?1,
                 finalModified = ?3, sha256 = ?4, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
                 updatedAt = ?5, leaseOwner = ?6, leaseExpires = ?7
-            WHERE id = ?8 AND (leaseOwner = ?6 OR ((leaseOwner IS NULL OR leaseExpires < ?5) AND state != 'completed'))
+            WHERE id = ?8 AND \(mine(owner: "?6", now: "?5"))
             """
     )
     static let releaseLease = StoreSQL(

@@ -63,7 +63,7 @@ public final class TransferStore: Sendable {
             try db.execute(sql: "PRAGMA wal_autocheckpoint = \(Self.checkpointPages)")
             // Closing leaves the write-ahead log for the next process to read, instead of copying it into the
             // database and syncing both: that sync waits for the downloaded files' dirty data on ext4 (200 × 1 MiB,
-            // a new database: 95 ms of a 0.26 s run). SQLite copies the log when it grows past 1,000 pages, as
+            // a new database: 95 ms of a 0.26 s run). SQLite copies the log when it grows past its limit (above), as
             // always; what a power loss may lose is what NORMAL already allows (the files are not synced either).
             let code = haul_sqlite_keep_wal_on_close(db.sqliteConnection)
             guard code == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: code)) }
