@@ -50,7 +50,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import CORPORA, Nginx, free_port, prefault, write_list  # noqa: E402
+from compare import CORPORA, Nginx, free_port, paired_ratios, prefault, write_list  # noqa: E402
 
 
 def main() -> None:
@@ -176,9 +176,8 @@ def print_ratios(commands, samples) -> None:
         return
     print(f"{'wall time / ' + first:<24} {'median':>9} {'q1':>9} {'q3':>9}  (per round)")
     for name, _ in commands[1:]:
-        ratios = [samples[name][r][0] / samples[first][r][0] for r in range(rounds)]
-        q1, _, q3 = statistics.quantiles(ratios, n=4)
-        print(f"{name:<24} {statistics.median(ratios):9.3f} {q1:9.3f} {q3:9.3f}")
+        median, q1, q3 = paired_ratios([s[0] for s in samples[name]], [s[0] for s in samples[first]])
+        print(f"{name:<24} {median:9.3f} {q1:9.3f} {q3:9.3f}")
 
 
 if __name__ == "__main__":

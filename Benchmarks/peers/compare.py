@@ -20,7 +20,8 @@ What it does:
     256 MiB), so that no tool pays for the virtual machine's first touch of memory (below);
   * checks every output file byte for byte after the last round;
   * prints one Markdown table per corpus: median wall time, files/s, MB/s, CPU s, peak RSS, and each tool's time
-    divided by Haul's (> 1: Haul is faster).
+    divided by Haul's (> 1: Haul is faster); with 4 rounds or more, Haul's time divided by its time without the
+    store in the same round (median and quartiles), the steadier measure of what persistence costs.
 
 Haul runs with its defaults (state database on, a fresh one per run, so nothing is skipped; progress on), plus
 `haul (no state)` with --no-state to show what persistence costs. On the large corpus, `curl -> /dev/null` (one
@@ -56,6 +57,17 @@ CORPORA = {
     "large": (2, None),  # size from --large-mib
     "list100k": (100_000, 64),
 }
+
+
+def paired_ratios(numerators, denominators):
+    """Each round's ratio of two commands' wall times (numerators[r] / denominators[r]): the median and quartiles.
+    A slow stretch of the machine moves every command of its round alike, so these hold still where the ratio of the
+    medians does not (the store's share of a small-file run was 7 % and 13 % in two full runs a day apart)."""
+    ratios = [n / d for n, d in zip(numerators, denominators)]
+    if len(ratios) < 4:
+        return None
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return statistics.median(ratios), q1, q3
 
 
 def free_port():
@@ -323,6 +335,12 @@ def main():
                 ratio = f"{wall / base:.2f}" if base else "-"
                 print(f"| {name} | {wall:.3f} | {files / wall:,.0f} | {files * size / 1e6 / wall:,.0f} | {cpu:.2f} | "
                       f"{cpu / gib:.2f} | {rss:.1f} | {ratio} | {problems.get(name, 'identical')} |")
+            if "haul" in results and "haul (no state)" in results:
+                share = paired_ratios([r["wall"] for r in results["haul"]],
+                                      [r["wall"] for r in results["haul (no state)"]])
+                if share:
+                    print(f"\nhaul / haul (no state), per round: median {share[0]:.3f}, quartiles {share[1]:.3f}-"
+                          f"{share[2]:.3f} (what persistence costs)")
             sys.stdout.flush()
     finally:
         nginx.stop()

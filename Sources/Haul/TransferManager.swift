@@ -593,7 +593,7 @@ extension TransferManager: Download.Observer {
         // Written before `recorded` is called, outside the lock, with everything queued before it: the record must be
         // in the database before the rename, or a process killed right after the rename would download the file
         // again under another name. Nothing waits or blocks while the database works: `recorded` runs from the
-        // commit, on this event loop (the thread the transfer ran on).
+        // commit, on an event loop (this one, or the loop that renames the other files of the same commit).
         // It waits for others to share its commit only while other transfers are still on the network (`lingering`,
         // read as it left the network, in that turn of the lock): the last files of a batch have no one to wait for.
         // Without a store (never asked then: ``recordsPublications``) there is nothing to wait for.

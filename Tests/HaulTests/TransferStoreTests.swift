@@ -981,16 +981,16 @@ struct TransferStoreTests {
         #expect(!writer.isLingering, "the wait, cut short, starts no transaction of its own when it ends")
     }
 
-    @Test func aTransactionsPublicationsAreCalledBackOnTheirOwnLoopsInTheOrderOfTheirRecords() async throws {
+    @Test func aTransactionsPublicationsAreCalledBackOnOneLoopInTheOrderOfTheirRecords() async throws {
         let (store, writer) = try self.lingeringWriter(rows: ["a", "b", "c", "d", "e"])
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
         let loops = Array(group.makeIterator())
-        // Each callback notes its record and whether it ran on the loop its record named (`nil`: the writer's queue).
-        let calls = NIOLockedValueBox<[(id: String, loop: Int?, onIt: Bool)]>([])
+        // Each callback notes its record and the loop it ran on (`nil`: neither, the writer's queue).
+        let calls = NIOLockedValueBox<[(id: String, ranOn: Int?)]>([])
         func publish(_ id: String, on loop: Int?, lingering: Bool = true) {
             writer.flush(adding: self.publishing(id), lingering: lingering, on: loop.map { loops[$0] }) {
-                let onIt = loop.map { loops[$0].inEventLoop } ?? !loops.contains { $0.inEventLoop }
-                calls.withLockedValue { $0.append((id, loop, onIt)) }
+                let ranOn = loops.firstIndex { $0.inEventLoop }
+                calls.withLockedValue { $0.append((id, ranOn)) }
             }
         }
         publish("a", on: 0)
@@ -1002,11 +1002,38 @@ struct TransferStoreTests {
         try await self.waitUntil { calls.withLockedValue { $0.count } == 5 }
         let made = calls.withLockedValue { $0 }
         #expect(writer.transactionCount == 2, "the rows' transaction, then one for the five records")
-        #expect(made.allSatisfy { $0.onIt }, "each callback ran where its record asked")
-        #expect(made.filter { $0.loop == 0 }.map(\.id) == ["a", "d"])
-        #expect(made.filter { $0.loop == 1 }.map(\.id) == ["b", "e"])
-        #expect(made.filter { $0.loop == nil }.map(\.id) == ["c"])
+        // The callbacks rename files, most into one folder: on two loops at once, each waited on the folder's lock.
+        #expect(
+            made.filter { $0.ranOn == 0 }.map(\.id) == ["a", "b", "d", "e"],
+            "on the first record's loop, in order"
+        )
+        #expect(made.filter { $0.ranOn == nil }.map(\.id) == ["c"], "asked for no loop: on the writer's queue")
         #expect(try store.row("e")?.finalPath == "/tmp/x/e")
+        try await group.shutdownGracefully()
+    }
+
+    @Test func aLaterTransactionsPublicationsWaitForTheEarlierOnesAndFollowThemOnTheirLoop() async throws {
+        let (_, writer) = try self.lingeringWriter(rows: ["a", "b"])
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        let calls = NIOLockedValueBox<[(id: String, ranOn: Int?)]>([])
+        let releaseA = NIOLockedValueBox(false)
+        // a's callback holds its loop until told to go on; b commits meanwhile, for the other loop.
+        writer.flush(adding: self.publishing("a"), lingering: false, on: loops[0]) {
+            calls.withLockedValue { $0.append(("a", loops.firstIndex { $0.inEventLoop })) }
+            while !releaseA.withLockedValue({ $0 }) { usleep(1_000) }
+        }
+        try await self.waitUntil { calls.withLockedValue { $0.count } == 1 }
+        writer.flush(adding: self.publishing("b"), lingering: false, on: loops[1]) {
+            calls.withLockedValue { $0.append(("b", loops.firstIndex { $0.inEventLoop })) }
+        }
+        try await self.waitUntil { writer.transactionCount == 3 }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(calls.withLockedValue { $0.count } == 1, "b's callback waits while a's runs")
+        releaseA.withLockedValue { $0 = true }
+        try await self.waitUntil { calls.withLockedValue { $0.count } == 2 }
+        #expect(calls.withLockedValue { $0.map(\.id) } == ["a", "b"])
+        #expect(calls.withLockedValue { $0.map(\.ranOn) } == [0, 0], "b's follows a's, on a's loop")
         try await group.shutdownGracefully()
     }
 
