@@ -35,8 +35,8 @@ package final class StoreWriter: Sendable {
         /// Work of its own after the operations (a claim's statement); `nil` for a job that only writes them.
         var body: (@Sendable (Database) throws -> Void)?
         var completion: @Sendable () -> Void
-        /// An event loop for `completion` (the transaction's first such job's loop runs them all, in one task), or
-        /// `nil` to run it on the database's writer queue.
+        /// Whether `completion` runs on an event loop (this one, or another: see ``complete(_:)``), or, when `nil`, on
+        /// the database's writer queue.
         var loop: (any EventLoop)? = nil
         /// Written after `operations`: kept beside them, not appended to them, as a publishing record, one a file,
         /// usually finds none queued, and appending it made an array for it (and one more, passed as an array of one).
@@ -158,15 +158,14 @@ package final class StoreWriter: Sendable {
     }
 
     /// Writes what is queued now and then `last`, in one transaction, and calls `written` once it is written (on an
-    /// event loop when `loop` is given, or without one on the database's writer queue, where `written` must be quick;
-    /// see ``complete(_:)`` for which loop); nothing waits or blocks
-    /// meanwhile. When `lingering` and no transaction is under way, the transaction starts after ``linger``, so that
-    /// the records of files that finish together share it (the publishing records, one per file). Without `lingering`
-    /// (the last files of a batch, with no one to wait for) it starts at once, cutting short a wait under way: the
-    /// records waiting there go with it.
+    /// event loop when `loop` is given, or without one on the database's writer queue, where `written` must be quick);
+    /// nothing waits or blocks meanwhile. When `lingering` and no transaction is under way, the transaction starts
+    /// after ``linger``, so that the records of files that finish together share it (the publishing records, one per
+    /// file). Without `lingering` (the last files of a batch, with no one to wait for) it starts at once, cutting short
+    /// a wait under way: the records waiting there go with it.
     ///
-    /// The transaction's callbacks that want a loop reach one loop in one task, in the order of their records: one
-    /// hand-off per transaction, not one per file.
+    /// The transaction's callbacks that want a loop run in one task on one loop (`loop` or another: see
+    /// ``complete(_:)``), in the order of their records: one hand-off per transaction, not one per file.
     func flush(
         adding last: StoreOperation,
         lingering: Bool = true,
@@ -241,8 +240,9 @@ package final class StoreWriter: Sendable {
 
     /// Takes the queued operations and schedules them, then `last`, as a job that does nothing else, and calls
     /// `written` when its transaction has ended (committed or not; an error is kept as ``lastError``), on an event
-    /// loop when `loop` is given (see ``complete(_:)``). Without the result, body and completion of ``submit(adding:through:timing:then:completion:)``: a
-    /// publishing record takes this way, one a file, and each closure and box was an allocation.
+    /// loop when `loop` is given (see ``complete(_:)``). Without the result, body and completion of
+    /// ``submit(adding:through:timing:then:completion:)``: a publishing record takes this way, one a file, and each
+    /// closure and box was an allocation.
     private func submit(
         adding last: StoreOperation?,
         timing: Timing,
