@@ -28,6 +28,9 @@ public final class TransferManager: Sendable {
     /// 213.1 → 207.4 ms (24 runs each); then spinning ten times longer, wall time 0.879 of that.
     let core: SpinningLockedBox<Core>
     let storeWriter: StoreWriter?
+    /// The renames of finished files when there is no store, one at a time (with a store, its commits hand them
+    /// over one at a time: ``StoreWriter``).
+    let renames = OneAtATime()
     /// What each transfer task runs with, as the manager's scope had it: its priority and its tracing context.
     private let scopePriority: TaskPriority
     private let scopeContext: ServiceContext?
@@ -596,8 +599,9 @@ extension TransferManager: Download.Observer {
         // commit, on an event loop (this one, or the loop that renames the other files of the same commit).
         // It waits for others to share its commit only while other transfers are still on the network (`lingering`,
         // read as it left the network, in that turn of the lock): the last files of a batch have no one to wait for.
-        // Without a store (never asked then: ``recordsPublications``) there is nothing to wait for.
-        guard let storeWriter = self.storeWriter else { return recorded() }
+        // Without a store there is nothing to record: the rename runs now, unless another is running (on another
+        // loop): then after it, on that loop (see ``OneAtATime``).
+        guard let storeWriter = self.storeWriter else { return self.renames.run(recorded) }
         let loop = MultiThreadedEventLoopGroup.currentEventLoop ?? self.transport.client.eventLoopGroup.any()
         storeWriter.flush(
             adding: .publishing(id, finalPath: path, size: byteCount, sha256: sha256, modified: modificationTime),

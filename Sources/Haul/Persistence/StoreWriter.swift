@@ -25,6 +25,8 @@ package final class StoreWriter: Sendable {
     let owner = LeaseOwner.current()
     private let state = NIOLockedValueBox(State())
     private let lastErrorBox = NIOLockedValueBox<(any Error)?>(nil)
+    /// Runs the completions that want a loop (see ``complete(_:)``).
+    private let loopCompletions = OneAtATime()
 
     /// Something to do in a write transaction, after the operations queued before it.
     private struct Job: Sendable {
@@ -60,10 +62,6 @@ package final class StoreWriter: Sendable {
         /// Transfers whose lease this manager took when their row was inserted, and until when it may rely on it
         /// (a margin before the lease expires); removed when something gives the lease up.
         var leasedAtInsert: [TransferID: Double] = [:]
-        /// Completions that want a loop, waiting for those being run to end (see ``complete(_:)``).
-        var loopCompletions: [@Sendable () -> Void] = []
-        /// Whether a loop is running completions now.
-        var isRunningLoopCompletions = false
     }
 
     /// What the writer is doing.
@@ -391,11 +389,11 @@ package final class StoreWriter: Sendable {
     }
 
     /// Calls the jobs' completions after their transaction: on the writer queue for jobs without a loop; the others, in
-    /// order, on one loop at a time. The completions rename files, and most go to one folder: handed to each job's own
-    /// loop, the two loops of a two-core machine renamed their files at the same moment after every commit, and each
-    /// waited for the other on the folder's lock, spinning (on ext4, 22 ms of CPU on 2,000 small files, against 6
-    /// without a store, where the renames come one at a time). So a transaction's completions go to the first such
-    /// job's loop in one task, unless a loop is running earlier ones: then they follow those, on that loop.
+    /// order, on one loop at a time (``OneAtATime``). The completions rename files, and most go to one folder: handed
+    /// to each job's own loop, the two loops of a two-core machine renamed their files at the same moment after every
+    /// commit, and each waited for the other on the folder's lock, spinning (on ext4, 22 ms of CPU on 2,000 small
+    /// files). So a transaction's completions go to the first such job's loop in one task, unless a loop is running
+    /// earlier ones: then they follow those, on that loop.
     private func complete(_ jobs: [Job]) {
         var loop: (any EventLoop)? = nil
         var completions: [@Sendable () -> Void] = []
@@ -413,26 +411,7 @@ package final class StoreWriter: Sendable {
             completions.append(jobs[job].completion)
         }
         guard let loop else { return }
-        let starts = self.state.withLockedValue { state in
-            state.loopCompletions.append(contentsOf: completions)
-            defer { state.isRunningLoopCompletions = true }
-            return !state.isRunningLoopCompletions
-        }
-        if starts { loop.execute { self.runLoopCompletions() } }
-    }
-
-    /// Runs the queued completions that want a loop, and those queued meanwhile, until none is left.
-    private func runLoopCompletions() {
-        while true {
-            let completions = self.state.withLockedValue { state in
-                var taken: [@Sendable () -> Void] = []
-                swap(&taken, &state.loopCompletions)
-                if taken.isEmpty { state.isRunningLoopCompletions = false }
-                return taken
-            }
-            if completions.isEmpty { return }
-            for completion in completions { completion() }
-        }
+        self.loopCompletions.run(completions, on: loop)
     }
 
     /// Runs `body` in an immediate transaction, committed when it returns and rolled back when it throws: what GRDB's

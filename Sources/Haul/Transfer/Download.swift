@@ -193,9 +193,10 @@ extension Download {
         /// (``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``) before they are renamed: whether
         /// there is a store.
         var recordsPublications: Bool { get }
-        /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded.
-        /// Nothing waits meanwhile. With `lingering` (other transfers were still on the network when this one left
-        /// it), the record may wait a moment for theirs to share its commit. Asked only when ``recordsPublications``.
+        /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded
+        /// (without a store, once the renames before it are done), not necessarily on this thread. Nothing waits
+        /// meanwhile. With `lingering` (other transfers were still on the network when this one left it), the record
+        /// may wait a moment for theirs to share its commit.
         func willPublish(
             _ id: TransferID,
             at path: String,
@@ -720,8 +721,7 @@ extension Download {
         func start() {
             if self.plan.conflictPolicy == .overwrite {
                 let target = self.path(self.name)
-                guard self.observer.recordsPublications else { return self.replace(at: target, recorded: false) }
-                self.record(target) { self.replace(at: target, recorded: true) }
+                self.record(target) { self.replace(at: target, recorded: self.observer.recordsPublications) }
                 return
             }
             self.tryName(from: 0)
@@ -732,8 +732,8 @@ extension Download {
         /// no-replace rename says if it is taken: one system call for most files); other names, and every name under
         /// skip and fail, are looked at first, so that the store records a name that was free. Names are built one
         /// at a time: most files take the first, and building 10,000 names per file costs more than the download.
-        /// Without a store the names are tried in this loop; with one, each record's commit calls back (on a stack of
-        /// its own) to rename, and to go on from the next name.
+        /// Each record's commit (or, without a store, the renames before it) calls back to rename, and to go on from
+        /// the next name.
         private func tryName(from index: Int) {
             let last = self.plan.conflictPolicy == .rename ? 9_999 : 0
             var index = index
@@ -745,12 +745,9 @@ extension Download {
                 guard (tried == 0 && self.plan.conflictPolicy == .rename) || !PartialFile.exists(target) else {
                     continue
                 }
-                guard self.observer.recordsPublications else {
-                    if self.rename(to: target, named: candidate, recorded: false) { continue }
-                    return
-                }
                 self.record(target) {
-                    if self.rename(to: target, named: candidate, recorded: true) { self.tryName(from: next) }
+                    let recorded = self.observer.recordsPublications
+                    if self.rename(to: target, named: candidate, recorded: recorded) { self.tryName(from: next) }
                 }
                 return
             }
