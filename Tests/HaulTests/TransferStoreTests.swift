@@ -1012,6 +1012,27 @@ struct TransferStoreTests {
         try await group.shutdownGracefully()
     }
 
+    @Test func aRecordForALoopWaitsOnThatLoopsTimerAndIsWrittenWhenTheWaitEnds() async throws {
+        let store = try TransferStore()
+        let batch = try store.createBatch()
+        let writer = StoreWriter(store: store, publishingLinger: .milliseconds(200))
+        writer.enqueue(.insertItem(batchID: batch, position: 0, row: self.row("a")))
+        writer.flush()
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        let ranOnLoop = NIOLockedValueBox<Bool?>(nil)
+        writer.flush(adding: self.publishing("a"), lingering: true, on: loop) {
+            ranOnLoop.withLockedValue { $0 = loop.inEventLoop }
+        }
+        #expect(writer.isLingering, "waiting for others to share the transaction")
+        #expect(try store.row("a")?.finalPath == nil)
+        try await self.waitUntil { ranOnLoop.withLockedValue { $0 } != nil }
+        #expect(ranOnLoop.withLockedValue { $0 } == true)
+        #expect(try store.row("a")?.finalPath == "/tmp/x/a", "written when the loop's timer ended the wait")
+        #expect(!writer.isLingering)
+        try await group.shutdownGracefully()
+    }
+
     @Test func aLaterTransactionsPublicationsWaitForTheEarlierOnesAndFollowThemOnTheirLoop() async throws {
         let (_, writer) = try self.lingeringWriter(rows: ["a", "b"])
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
