@@ -189,9 +189,8 @@ extension Download {
         /// the same turn of the manager's lock, for
         /// ``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``).
         func leftNetwork(_ id: TransferID) -> Bool
-        /// Whether finished files are recorded
-        /// (``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)``) before they are renamed: whether
-        /// there is a store.
+        /// Whether ``willPublish(_:at:byteCount:sha256:modificationTime:lingering:then:)`` records finished files in
+        /// a store before they are renamed: whether there is one.
         var recordsPublications: Bool { get }
         /// The finished file is about to be renamed to `path`: calls `recorded` once its completion is recorded
         /// (without a store, once the renames before it are done), not necessarily on this thread. Nothing waits
