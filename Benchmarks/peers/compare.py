@@ -62,7 +62,7 @@ CORPORA = {
 def paired_ratios(numerators, denominators):
     """Each round's ratio of two commands' wall times (numerators[r] / denominators[r]): the median and quartiles.
     A slow stretch of the machine moves every command of its round alike, so these hold still where the ratio of the
-    medians does not (the store's share of a small-file run was 7 % and 13 % in two full runs a day apart)."""
+    medians does not (the store's share of a small-file run was 7 % and 13 % in two full runs of the same day)."""
     ratios = [n / d for n, d in zip(numerators, denominators)]
     if len(ratios) < 4:
         return None

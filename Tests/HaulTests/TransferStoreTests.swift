@@ -1015,17 +1015,22 @@ struct TransferStoreTests {
     @Test func aRecordForALoopWaitsOnThatLoopsTimerAndIsWrittenWhenTheWaitEnds() async throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
-        let writer = StoreWriter(store: store, publishingLinger: .milliseconds(200))
+        let writer = StoreWriter(store: store, publishingLinger: .milliseconds(50))
         writer.enqueue(.insertItem(batchID: batch, position: 0, row: self.row("a")))
         writer.flush()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let loop = group.next()
+        // The loop kept busy well past the wait: its timer cannot fire meanwhile, where another thread's could.
+        let busy = DispatchSemaphore(value: 0)
+        loop.execute { busy.wait() }
         let ranOnLoop = NIOLockedValueBox<Bool?>(nil)
         writer.flush(adding: self.publishing("a"), lingering: true, on: loop) {
             ranOnLoop.withLockedValue { $0 = loop.inEventLoop }
         }
         #expect(writer.isLingering, "waiting for others to share the transaction")
-        #expect(try store.row("a")?.finalPath == nil)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try store.row("a")?.finalPath == nil, "the wait ends when the loop's timer fires, not before")
+        busy.signal()
         try await self.waitUntil { ranOnLoop.withLockedValue { $0 } != nil }
         #expect(ranOnLoop.withLockedValue { $0 } == true)
         #expect(try store.row("a")?.finalPath == "/tmp/x/a", "written when the loop's timer ended the wait")
