@@ -4,6 +4,7 @@
 Usage:
     Benchmarks/peers/compare.py [--corpora small,medium,large,list100k] [--runs 5] [-j 16]
                                 [--root /tmp/haul-bench] [--haul .build/release/haul] [--large-mib 1024]
+                                [--only TOOL,...] [--store-rounds 40]
 
 What it does:
   * generates the corpora once under ROOT/www (random, incompressible bytes):
@@ -21,7 +22,12 @@ What it does:
   * checks every output file byte for byte after the last round;
   * prints one Markdown table per corpus: median wall time, files/s, MB/s, CPU s, peak RSS, and each tool's time
     divided by Haul's (> 1: Haul is faster); with 4 rounds or more, Haul's time divided by its time without the
-    store in the same round (median and quartiles), the steadier measure of what persistence costs.
+    store in the same round (median, quartiles, and a 95 % confidence interval for the median), the steadier measure
+    of what persistence costs;
+  * on the small corpus, STORE_ROUNDS more rounds of Haul with and without its store alone (which goes first
+    alternating), run as the others, for that ratio again: the target is under 1.10, and six rounds leave the
+    median's 95 % interval as wide as their whole range (1.17 to 1.30 in one run), where 40 narrow it to the 14th to
+    27th of the sorted ratios.
 
 Haul runs with its defaults (state database on, a fresh one per run, so nothing is skipped; progress on), plus
 `haul (no state)` with --no-state to show what persistence costs. On the large corpus, `curl -> /dev/null` (one
@@ -40,6 +46,7 @@ Needs: nginx, curl, wget2, aria2c, GNU time (/usr/bin/time), python3. Not part o
 import argparse
 import filecmp
 import json
+import math
 import os
 import shutil
 import socket
@@ -60,14 +67,34 @@ CORPORA = {
 
 
 def paired_ratios(numerators, denominators):
-    """Each round's ratio of two commands' wall times (numerators[r] / denominators[r]): the median and quartiles.
-    A slow stretch of the machine moves every command of its round alike, so these hold still where the ratio of the
-    medians does not (the store's share of a small-file run was 7 % and 13 % in two full runs of the same day)."""
+    """Each round's ratio of two commands' wall times (numerators[r] / denominators[r]): the median, the quartiles,
+    and a 95 % confidence interval for the median (below). A slow stretch of the machine moves every command of its
+    round alike, so these hold still where the ratio of the medians does not (the store's share of a small-file run
+    was 7 % and 13 % in two full runs of the same day)."""
     ratios = [n / d for n, d in zip(numerators, denominators)]
     if len(ratios) < 4:
         return None
     q1, _, q3 = statistics.quantiles(ratios, n=4)
-    return statistics.median(ratios), q1, q3
+    low, high = median_interval(ratios)
+    return statistics.median(ratios), q1, q3, low, high
+
+
+def median_interval(values, confidence=0.95):
+    """A confidence interval for the median that assumes nothing of the distribution: the k-th smallest and the k-th
+    largest value, with k the largest count such that fewer than k of n values fall below the median with probability
+    at most (1 - confidence) / 2 (a binomial tail with p = 1/2). Six rounds give the whole range (no interval narrower
+    than that exists at 95 %); 40 rounds, the 14th to the 27th value. Whether a target such as "under 1.10" is met
+    is whether the interval's upper end is under it."""
+    ordered = sorted(values)
+    n = len(ordered)
+    tail, k = 0.0, 0
+    while k < n:
+        tail += math.comb(n, k) / 2**n
+        if tail > (1 - confidence) / 2:
+            break
+        k += 1
+    k = max(k, 1)
+    return ordered[k - 1], ordered[n - k]
 
 
 def free_port():
@@ -241,6 +268,27 @@ def first_start(haul, list_path, out_dir, state, jobs, timing_file):
     return first, total, int(fields[3]) / 1024, status, float(fields[1]) + float(fields[2])
 
 
+def run_round(root, corpus, count, size, index, round_number, template, list_path, check):
+    """One run of one tool on a corpus, as every round runs it: the previous output moved aside, the disk synced, the
+    corpus warm in the page cache, memory touched first, a fresh state database. Returns the run's measures and what
+    was wrong with it (its exit status, or with `check`, the first output that differs from the corpus), if anything."""
+    out = os.path.join(root, "out", f"{corpus}-{index}")
+    move_aside(root, out, many_files=count >= 1000)
+    subprocess.call(["sync"])
+    source = os.path.join(root, "www", corpus)
+    warm(source)
+    state = os.path.join(root, "state", f"{corpus}-{index}-{round_number}.sqlite")
+    os.makedirs(os.path.dirname(state), exist_ok=True)
+    prefault(max(count * size * 5 // 4, 256 << 20))
+    result = run_once(template.replace("{list}", list_path), out, state, os.path.join(root, "time.txt"))
+    problem = f"exit {result['status']}" if result["status"] != 0 else (verify(source, out) if check else None)
+    if count < 1000:
+        # Gone before the next run: six tools' 2 GiB each stayed in the page cache, and which run paid for
+        # reclaiming them (with its own system time) moved the large corpus's times by 2x.
+        shutil.rmtree(out, ignore_errors=True)
+    return result, problem
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpora", default="small,medium,large")
@@ -250,6 +298,8 @@ def main():
     parser.add_argument("--haul", default=os.path.join(PROJECT, ".build", "release", "haul"))
     parser.add_argument("--large-mib", type=int, default=1024)
     parser.add_argument("--only", default="", help="comma list of tool names to run (default: all)")
+    parser.add_argument("--store-rounds", type=int, default=40,
+                        help="on the small corpus, rounds of haul with and without its store alone (default 40)")
     args = parser.parse_args()
 
     root = os.path.abspath(args.root)
@@ -299,27 +349,28 @@ def main():
                 shift = round_number % len(selected)
                 order = list(enumerate(selected))[shift:] + list(enumerate(selected))[:shift]
                 for index, (name, template) in order:
-                    out = os.path.join(root, "out", f"{corpus}-{index}")
-                    move_aside(root, out, many_files=count >= 1000)
-                    subprocess.call(["sync"])
-                    warm(source)
-                    state = os.path.join(root, "state", f"{corpus}-{index}-{round_number}.sqlite")
-                    os.makedirs(os.path.dirname(state), exist_ok=True)
-                    command = template.replace("{list}", list_path)
-                    prefault(max(count * size * 5 // 4, 256 << 20))
-                    result = run_once(command, out, state, os.path.join(root, "time.txt"))
+                    result, problem = run_round(root, corpus, count, size, index, round_number, template, list_path,
+                                                check=round_number == args.runs - 1 and "/dev/null" not in name)
                     results[name].append(result)
-                    if result["status"] != 0:
-                        problems[name] = f"exit {result['status']}"
-                    if round_number == args.runs - 1 and "/dev/null" not in name and name not in problems:
-                        problem = verify(source, out)
-                        if problem:
-                            problems[name] = problem
-                    if count < 1000:
-                        # Gone before the next run: six tools' 2 GiB each stayed in the page cache, and which run
-                        # paid for reclaiming them (with its own system time) moved the large corpus's times by 2x.
-                        shutil.rmtree(out, ignore_errors=True)
+                    if problem and name not in problems:
+                        problems[name] = problem
                 print(f"round {round_number + 1}/{args.runs} of {corpus} done", file=sys.stderr)
+
+            # What persistence costs, in rounds of its own: the target is a ratio near 1.1, and the main rounds' few
+            # ratios leave its median anywhere in their range.
+            pair = [(index, (name, template)) for index, (name, template) in enumerate(selected)
+                    if name in ("haul", "haul (no state)")]
+            store_rounds = {name: [] for _, (name, _) in pair}
+            if corpus == "small" and len(pair) == 2:
+                for round_number in range(args.store_rounds):
+                    for index, (name, template) in pair[round_number % 2:] + pair[:round_number % 2]:
+                        result, problem = run_round(root, corpus, count, size, index, args.runs + round_number,
+                                                    template, list_path, check=round_number >= args.store_rounds - 2)
+                        store_rounds[name].append(result)
+                        if problem and name not in problems:
+                            problems[name] = problem
+                if args.store_rounds:
+                    print(f"{args.store_rounds} rounds of the store's share done", file=sys.stderr)
 
             base = statistics.median(r["wall"] for r in results["haul"]) if "haul" in results else None
             print(f"\n## {corpus}: {count} x {size // 1024} KiB, -j {args.jobs}, {args.runs} interleaved runs, "
@@ -335,12 +386,14 @@ def main():
                 ratio = f"{wall / base:.2f}" if base else "-"
                 print(f"| {name} | {wall:.3f} | {files / wall:,.0f} | {files * size / 1e6 / wall:,.0f} | {cpu:.2f} | "
                       f"{cpu / gib:.2f} | {rss:.1f} | {ratio} | {problems.get(name, 'identical')} |")
-            if "haul" in results and "haul (no state)" in results:
-                share = paired_ratios([r["wall"] for r in results["haul"]],
-                                      [r["wall"] for r in results["haul (no state)"]])
-                if share:
-                    print(f"\nhaul / haul (no state), per round: median {share[0]:.3f}, quartiles {share[1]:.3f}-"
-                          f"{share[2]:.3f} (what persistence costs)")
+            for label, rounds in (("per round", results), (f"in {args.store_rounds} rounds of their own", store_rounds)):
+                if rounds.get("haul") and rounds.get("haul (no state)"):
+                    share = paired_ratios([r["wall"] for r in rounds["haul"]],
+                                          [r["wall"] for r in rounds["haul (no state)"]])
+                    if share:
+                        print(f"\nhaul / haul (no state), {label}: median {share[0]:.3f}, quartiles {share[1]:.3f}-"
+                              f"{share[2]:.3f}, 95 % interval of the median {share[3]:.3f}-{share[4]:.3f} (what "
+                              f"persistence costs)")
             sys.stdout.flush()
     finally:
         nginx.stop()
