@@ -37,8 +37,9 @@ final class OneAtATime: Sendable {
         guard !pieces.isEmpty else { return }
         let starts = self.state.withLockedValue { state in
             state.queued.append(contentsOf: pieces)
-            defer { state.isRunning = true }
-            return !state.isRunning
+            let wasRunning = state.isRunning
+            state.isRunning = true
+            return !wasRunning
         }
         if starts { loop.execute { self.runQueued() } }
     }

@@ -603,8 +603,8 @@ enum SQLText {
                         shared: shared
                     )
                 },
-                owner: shared[10],
-                now: shared[8]
+                owner: shared[sharedLeaseOwnerIndex],
+                now: shared[sharedNowIndex]
             )
         )
     }
@@ -613,6 +613,10 @@ enum SQLText {
     static let ownInsertColumns = 9
     /// How many values ``StatementBinder/sharedInsertValues(of:leaseOwner:now:)`` binds.
     static let sharedInsertColumns = 12
+    /// Where ``StatementBinder/sharedInsertValues(of:leaseOwner:now:)`` binds the time and the lease's owner, which
+    /// ``sharedInsert``'s ``mine`` reads.
+    private static let sharedNowIndex = 8
+    private static let sharedLeaseOwnerIndex = 10
 
     /// One row's values in an insert, from the parameters of its own values and of those a batch's rows share, each
     /// in the order its binding function binds them.
