@@ -194,6 +194,6 @@ extension String {
 }
 
 /// The lower-case hex digit of `nibble` (0 to 15), as an ASCII byte.
-private func hexDigit(_ nibble: UInt8) -> UInt8 {
+func hexDigit(_ nibble: UInt8) -> UInt8 {
     nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
 }

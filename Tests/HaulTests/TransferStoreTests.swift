@@ -762,6 +762,13 @@ struct TransferStoreTests {
         #expect(JSONText.strings(text) == strings, "read back as written")
     }
 
+    @Test func writesJSONTextAsRowsHaveAlwaysHeldIt() {
+        #expect(JSONText.array(["f000123.bin"]) == #"["f000123.bin"]"#)
+        #expect(JSONText.array([]) == "[]")
+        #expect(JSONText.array(["a\"b\\c", "\n\r\t\u{1}\u{1f}", "é"]) == #"["a\"b\\c","\n\r\t\u0001\u001f","é"]"#)
+        #expect(JSONText.array([#"["x"]"#, "[]"], elementsAreJSON: true) == #"[["x"],[]]"#)
+    }
+
     @Test(arguments: [
         (#"["a\/b","c"]"#, ["a/b", "c"] as [String]?),
         (#"[ "spaced" , "out" ]"#, ["spaced", "out"]),

@@ -742,13 +742,105 @@ extension Database {
 /// ``strings(_:)``.
 enum JSONText {
     /// A JSON array of strings; with `elementsAreJSON`, of elements that are JSON text already.
+    ///
+    /// Written in one pass into a string of the exact size, counted first, with the bytes of a string that needs no
+    /// escape copied at once: built with `+=`, a one-name array (every row's file name) took about 1,950 instructions,
+    /// most of them growing small strings and checking each byte through a closure. Adding 2,000 small files to a
+    /// manager with a store (`Core.add`, `callgrind`): 28.9 → 26.9 million instructions.
     static func array(_ elements: [String], elementsAreJSON: Bool = false) -> String {
-        var text = "["
-        for (index, element) in elements.enumerated() {
-            if index > 0 { text += "," }
-            if elementsAreJSON { text += element } else { self.appendString(element, to: &text) }
+        var count = 2 + max(elements.count - 1, 0)
+        for element in elements {
+            count += Self.withBytes(of: element) { elementsAreJSON ? $0.count : Self.quotedCount($0) }
         }
-        return text + "]"
+        return String(unsafeUninitializedCapacity: count) { text in
+            var at = 0
+            text[at] = UInt8(ascii: "[")
+            at += 1
+            for index in elements.indices {
+                if index > 0 {
+                    text[at] = UInt8(ascii: ",")
+                    at += 1
+                }
+                at = Self.withBytes(of: elements[index]) { bytes in
+                    if elementsAreJSON {
+                        _ = UnsafeMutableBufferPointer(rebasing: text[at..<(at + bytes.count)]).initialize(from: bytes)
+                        return at + bytes.count
+                    }
+                    return Self.writeQuoted(bytes, into: text, at: at)
+                }
+            }
+            text[at] = UInt8(ascii: "]")
+            return at + 1
+        }
+    }
+
+    /// Calls `body` with the string's UTF-8 bytes: in place for a native string, else copied.
+    private static func withBytes<R>(of string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        if let result = string.utf8.withContiguousStorageIfAvailable(body) { return result }
+        return Array(string.utf8).withUnsafeBufferPointer(body)
+    }
+
+    /// Whether a byte is written escaped in a JSON string (RFC 8259 §7): `"`, `\` and the control characters. They
+    /// are ASCII, and ASCII bytes never occur inside a multi-byte character, so the bytes are checked one by one.
+    private static func needsEscape(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20
+    }
+
+    /// How many bytes ``writeQuoted(_:into:at:)`` writes for `bytes`.
+    private static func quotedCount(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
+        var count = bytes.count + 2
+        for byte in bytes where Self.needsEscape(byte) {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"):
+                count += 1
+            default: count += 5
+            }
+        }
+        return count
+    }
+
+    /// Writes `bytes` as a JSON string (quoted, escaped) into `text` from `at`, and returns where it ends.
+    private static func writeQuoted(
+        _ bytes: UnsafeBufferPointer<UInt8>,
+        into text: UnsafeMutableBufferPointer<UInt8>,
+        at start: Int
+    )
+        -> Int
+    {
+        var at = start
+        func put(_ byte: UInt8) {
+            text[at] = byte
+            at += 1
+        }
+        put(UInt8(ascii: "\""))
+        // Nearly always: nothing to escape, the bytes copied at once.
+        if !bytes.contains(where: Self.needsEscape) {
+            _ = UnsafeMutableBufferPointer(rebasing: text[at..<(at + bytes.count)]).initialize(from: bytes)
+            at += bytes.count
+            put(UInt8(ascii: "\""))
+            return at
+        }
+        for byte in bytes {
+            guard Self.needsEscape(byte) else {
+                put(byte)
+                continue
+            }
+            put(UInt8(ascii: "\\"))
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): put(byte)
+            case UInt8(ascii: "\n"): put(UInt8(ascii: "n"))
+            case UInt8(ascii: "\r"): put(UInt8(ascii: "r"))
+            case UInt8(ascii: "\t"): put(UInt8(ascii: "t"))
+            default:
+                put(UInt8(ascii: "u"))
+                put(UInt8(ascii: "0"))
+                put(UInt8(ascii: "0"))
+                put(hexDigit(byte >> 4))
+                put(hexDigit(byte & 0x0f))
+            }
+        }
+        put(UInt8(ascii: "\""))
+        return at
     }
 
     /// The strings of a JSON array of strings (`nil` when `text` is not one), as ``array(_:elementsAreJSON:)`` writes
@@ -780,43 +872,6 @@ enum JSONText {
             return strings
         }
         return split ?? (try? JSONDecoder().decode([String].self, from: Data(text.utf8)))
-    }
-
-    /// Appends a JSON string: quoted, with `"`, `\` and control characters escaped (RFC 8259 §7).
-    ///
-    /// Over the UTF-8 bytes: those three are ASCII, and ASCII bytes never occur inside a multi-byte character. A
-    /// string with none of them (names and paths, nearly always) is appended whole: walking its Unicode scalars
-    /// cost 2 µs a string, more than half of the work of building a row.
-    static func appendString(_ string: String, to text: inout String) {
-        func needsEscape(_ byte: UInt8) -> Bool {
-            byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20
-        }
-        text += "\""
-        guard string.utf8.contains(where: needsEscape) else {
-            text += string
-            text += "\""
-            return
-        }
-        var escaped: [UInt8] = []
-        escaped.reserveCapacity(string.utf8.count + 8)
-        for byte in string.utf8 {
-            guard needsEscape(byte) else {
-                escaped.append(byte)
-                continue
-            }
-            switch byte {
-            case UInt8(ascii: "\""): escaped += Array(#"\""#.utf8)
-            case UInt8(ascii: "\\"): escaped += Array(#"\\"#.utf8)
-            case UInt8(ascii: "\n"): escaped += Array(#"\n"#.utf8)
-            case UInt8(ascii: "\r"): escaped += Array(#"\r"#.utf8)
-            case UInt8(ascii: "\t"): escaped += Array(#"\t"#.utf8)
-            default:
-                let hex = String(byte, radix: 16)
-                escaped += Array(("\\u" + String(repeating: "0", count: 4 - hex.utf8.count) + hex).utf8)
-            }
-        }
-        text += String(decoding: escaped, as: UTF8.self)
-        text += "\""
     }
 }
 
