@@ -94,6 +94,15 @@ static const char *narrow_schema =
 static const char *narrow_insert =
     "INSERT INTO transfer (id, url, profile, nameComponents, state, updatedAt, leaseOwner, leaseExpires)"
     " VALUES (?, ?, 1, ?, 'waiting', 1.0, ?, 2.0)";
+static const char *packed_schema =
+    "CREATE TABLE transfer (id TEXT PRIMARY KEY NOT NULL, request BLOB NOT NULL, state TEXT NOT NULL,"
+    " bytesOnDisk INTEGER NOT NULL DEFAULT 0, totalSize INTEGER, etag TEXT, lastModified TEXT,"
+    " attempts INTEGER NOT NULL DEFAULT 0, finalPath TEXT, finalSize INTEGER, finalModified DOUBLE, sha256 TEXT,"
+    " errorCode TEXT, errorMessage TEXT, httpStatus INTEGER, updatedAt DOUBLE NOT NULL, leaseOwner TEXT,"
+    " leaseExpires DOUBLE);";
+static const char *packed_insert =
+    "INSERT INTO transfer (id, request, state, updatedAt, leaseOwner, leaseExpires)"
+    " VALUES (?, ?, 'waiting', 1.0, ?, 2.0)";
 static const char *completion =
     "UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?, finalSize = ?,"
     " finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL, httpStatus = NULL, updatedAt = ?,"
@@ -121,6 +130,7 @@ int main(int argc, char **argv) {
     int narrow = has(argc, argv, "narrow"), from = has(argc, argv, "from"), byrowid = has(argc, argv, "byrowid");
     int intkey = has(argc, argv, "intkey"), prefill = has(argc, argv, "prefill"), split = has(argc, argv, "split");
     int journal = has(argc, argv, "journal"), entries = has(argc, argv, "entries");
+    int packed = has(argc, argv, "packed");
     unlink("/dev/shm/haul-rows.db");
     unlink("/dev/shm/haul-rows.db-wal");
     unlink("/dev/shm/haul-rows.db-shm");
@@ -132,7 +142,7 @@ int main(int argc, char **argv) {
                        NULL, NULL, NULL), db);
     if (has(argc, argv, "nosecure")) check(sqlite3_exec(db, "PRAGMA secure_delete = OFF", NULL, NULL, NULL), db);
     char schema[4096];
-    snprintf(schema, sizeof schema, "%s", split ? split_schema : narrow ? narrow_schema : wide_schema);
+    snprintf(schema, sizeof schema, "%s", split ? split_schema : packed ? packed_schema : narrow ? narrow_schema : wide_schema);
     if (has(argc, argv, "norowid")) strcpy(schema + strlen(schema) - 1, " WITHOUT ROWID;");
     if (intkey) {
         // "id TEXT PRIMARY KEY NOT NULL" becomes "id INTEGER PRIMARY KEY": the rowid itself.
@@ -162,7 +172,7 @@ int main(int argc, char **argv) {
     if (has(argc, argv, "setup")) return 0;  // the opening and the schema alone, to subtract
 
     sqlite3_stmt *insert, *status_insert = NULL;
-    const char *insert_sql = split ? split_insert : prefill ? prefill_insert : narrow ? narrow_insert : wide_insert;
+    const char *insert_sql = split ? split_insert : packed ? packed_insert : prefill ? prefill_insert : narrow ? narrow_insert : wide_insert;
     check(sqlite3_prepare_v2(db, insert_sql, -1, &insert, NULL), db);
     if (split) check(sqlite3_prepare_v2(db, split_status_insert, -1, &status_insert, NULL), db);
     for (int i = 0; i < ROWS; i += PER_INSERT) {
@@ -173,6 +183,18 @@ int main(int argc, char **argv) {
             snprintf(name, sizeof name, "[\"f%06d.bin\"]", k);
             if (intkey) sqlite3_bind_int64(insert, 1, (sqlite3_int64)strtoull(ids[k], NULL, 16));
             else sqlite3_bind_text(insert, 1, ids[k], 16, SQLITE_STATIC);
+            if (packed) {
+                // The request's columns as one blob: each text with its length before it, as the store would pack them.
+                char blob[512];
+                int n = snprintf(blob, sizeof blob, "%zu%s6folder%zu%s%zu%s%zu%s06rename2[]0%s", strlen(url), url,
+                                 strlen(FOLDER), FOLDER, strlen(FOLDER), FOLDER, strlen(name), name,
+                                 "{\"kind\":\"download\"}");
+                sqlite3_bind_blob(insert, 2, blob, n, SQLITE_TRANSIENT);
+                sqlite3_bind_text(insert, 3, owner, -1, SQLITE_STATIC);
+                check(sqlite3_step(insert), db);
+                sqlite3_reset(insert);
+                continue;
+            }
             sqlite3_bind_text(insert, 2, url, -1, SQLITE_TRANSIENT);
             sqlite3_bind_text(insert, 3, name, -1, SQLITE_TRANSIENT);
             if (split) {
