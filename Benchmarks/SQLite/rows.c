@@ -19,7 +19,8 @@
  * request's columns in `transfer`; with `norowid` too, `status` is WITHOUT ROWID), `journal` (each completion appended
  * to a narrow table `completion` without a key or an index; the transfer rows are left as inserted), `entries` (each
  * row's batch entry too, as the store writes it: `batchEntry`, keyed by batch and position, WITHOUT ROWID, 32 rows
- * to a statement with the batch's number bound once).
+ * to a statement with the batch's number bound once), `packed` (the twelve columns a request fixes, URL to operation,
+ * as one blob of texts each after its length: the row has 18 columns instead of 29).
  * The database is /dev/shm/haul-rows.db. Not part of `swift test`.
  */
 #include <sqlite3.h>
