@@ -36,29 +36,44 @@ struct PersistenceEndToEndTests {
         event: String = "progress"
     ) async throws -> Int32 {
         let urls = Self.files.indices.map { server.url("/f\($0).bin").absoluteString }
-        let process = HaulProcess.makeProcess(
-            ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "2", "--json"],
-            stateHome: folder.appending(path: "state")
-        )
+        return try await self.interrupted(
+            ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "2"],
+            folder: folder,
+            signal: signal,
+            stopAfter: progressLines,
+            event: event
+        ).status
+    }
+
+    /// Starts `arguments` with `--json`, waits until `count` lines of `event` were printed, then sends `signal` and
+    /// waits for the process to end; returns its status and every line it printed.
+    func interrupted(
+        _ arguments: [String],
+        folder: URL,
+        signal: Int32,
+        stopAfter count: Int,
+        event: String
+    ) async throws -> (status: Int32, output: String) {
+        let process = HaulProcess.makeProcess(arguments + ["--json"], stateHome: folder.appending(path: "state"))
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
         let (end, stopping) = try HaulProcess.launch(process)
         defer { stopping.cancel() }
-        await HaulProcess.blocking {
+        let output = await HaulProcess.blocking {
             var seen = 0
             var buffer = ""
-            while seen < progressLines {
+            while seen < count {
                 let data = out.fileHandleForReading.availableData
                 if data.isEmpty { break }
                 buffer += String(decoding: data, as: UTF8.self)
                 seen = buffer.components(separatedBy: "\"event\":\"\(event)\"").count - 1
             }
             kill(process.processIdentifier, signal)
-            _ = out.fileHandleForReading.readDataToEndOfFile()
+            return buffer + String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         }
         await end.wait()
-        return process.terminationStatus
+        return (process.terminationStatus, output)
     }
 
     func rerun(_ server: FaultInjectingServer, folder: URL) async throws -> HaulProcess.Output {
@@ -179,6 +194,55 @@ struct PersistenceEndToEndTests {
                 let pruned = try await HaulProcess.run(["status", "--prune"], stateHome: state)
                 #expect(pruned.stdout.contains("Forgot 1 finished batch."))
                 #expect(try await HaulProcess.run(["status"], stateHome: state).stdout.contains("No batches."))
+            }
+        }
+    }
+
+    @Test func aKilledRunOfFortyFilesIsFinishedByTheSameCommandAndNoFileItCompletedIsFetchedAgain() async throws {
+        // Forty small files in one command: the store keeps most of them 32 to a slice, and each completion in its
+        // slice (see Slices.swift); the rerun must find every one of them as the rows of a smaller list would be found.
+        let bodies = (0..<40).map { FaultInjectingServer.body(size: 20_000 + $0, seed: UInt64(500 + $0)) }
+        var resources: [String: FaultInjectingServer.Resource] = [:]
+        for (index, body) in bodies.enumerated() {
+            resources["/g\(index).bin"] = FaultInjectingServer.Resource(
+                body: body,
+                chunkSize: 4_096,
+                chunkDelay: .milliseconds(10)
+            )
+        }
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            try await self.withFolder { folder in
+                let urls = bodies.indices.map { server.url("/g\($0).bin").absoluteString }
+                let arguments = ["get"] + urls + ["-d", folder.appending(path: "out").path, "-j", "4"]
+                let (_, printed) = try await self.interrupted(
+                    arguments,
+                    folder: folder,
+                    signal: SIGKILL,
+                    stopAfter: 12,
+                    event: "completed"
+                )
+                // The paths of the files each completed event names.
+                let completed = Set(
+                    printed.split(separator: "\n").filter { $0.contains("\"event\":\"completed\"") }.compactMap {
+                        line in
+                        urls.indices.first { line.contains("/g\($0).bin\"") }.map { "/g\($0).bin" }
+                    }
+                )
+                #expect(completed.count >= 12, "\(completed.count) completed before the kill")
+                #expect(completed.count < 40, "killed before the end")
+
+                let before = server.requests.count
+                let output = try await HaulProcess.run(arguments, stateHome: folder.appending(path: "state"))
+                #expect(output.status == 0, "\(output.stderr)")
+                for (index, body) in bodies.enumerated() {
+                    #expect(try Data(contentsOf: folder.appending(path: "out/g\(index).bin")) == Data(body))
+                }
+                let leftovers = try FileManager.default.contentsOfDirectory(atPath: folder.appending(path: "out").path)
+                #expect(leftovers.count == 40, "no partial or renamed copies: \(leftovers.sorted())")
+                let askedAgain = server.requests.dropFirst(before).map(\.path).filter(completed.contains)
+                #expect(askedAgain.isEmpty, "a file the killed run completed is never fetched again: \(askedAgain)")
+                let status = try await HaulProcess.run(["status"], stateHome: folder.appending(path: "state"))
+                #expect(status.stdout.contains("40 files: 40 completed"), "\(status.stdout)")
             }
         }
     }

@@ -57,7 +57,7 @@ struct TransferStoreTests {
         #expect(
             applied.sorted() == [
                 "v1: batches and transfers", "v2: leases", "v3: uploads and deletions", "v4: open batches",
-                "v5: batch entries",
+                "v5: batch entries", "v6: slices",
             ]
         )
         #expect(try store.batches().isEmpty)

@@ -10,13 +10,14 @@ extension TransferRow {
         leaseExpires, operation
         """
 
-    /// The row a statement that selected ``columns`` stands on, read column by column with SQLite's calls.
+    /// The row a statement that selected ``columns`` (from its column `first`) stands on, read column by column with
+    /// SQLite's calls.
     ///
     /// Through `Codable` (GRDB's `FetchableRecord` decoding) a row took about 7 µs: a keyed container, a column
     /// look-up by name and a `DatabaseValue` for each of 29 columns. A run of `haul get` over a list whose files the
     /// store holds already reads a row for each.
-    init(columnsOf handle: SQLiteStatement) {
-        var reader = ColumnReader(handle)
+    init(columnsOf handle: SQLiteStatement, from first: Int32 = 0) {
+        var reader = ColumnReader(handle, from: first)
         self.init(
             id: reader.text(),
             url: reader.text(),
@@ -57,7 +58,10 @@ private struct ColumnReader {
     private let handle: SQLiteStatement
     private var index: Int32 = 0
 
-    init(_ handle: SQLiteStatement) { self.handle = handle }
+    init(_ handle: SQLiteStatement, from first: Int32) {
+        self.handle = handle
+        self.index = first
+    }
 
     private mutating func next() -> Int32 {
         defer { self.index += 1 }

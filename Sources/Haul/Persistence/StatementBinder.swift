@@ -1,5 +1,7 @@
+import Foundation
 import GRDB
 import GRDBSQLite
+import NIOConcurrencyHelpers
 
 /// Binds a prepared statement's parameters with SQLite's own calls, in order.
 ///
@@ -12,7 +14,7 @@ struct StatementBinder {
     /// Where text is copied for SQLite to read in place (`nil`: SQLite copies it).
     private let text: BoundText?
     private var index: Int32 = 1
-    private var failure: Int32 = SQLITE_OK
+    fileprivate private(set) var failure: Int32 = SQLITE_OK
 
     fileprivate init(_ handle: SQLiteStatement, text: BoundText?) {
         self.handle = handle
@@ -72,6 +74,21 @@ struct StatementBinder {
 
     mutating func bind(_ value: Bool) { self.bind(Int64(value ? 1 : 0)) }
 
+    /// Binds `bytes` as a blob (SQLite copies it).
+    mutating func bind(blob bytes: [UInt8]) {
+        self.check(
+            bytes.withUnsafeBytes { raw in
+                sqlite3_bind_blob(
+                    self.handle,
+                    self.index,
+                    raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1),
+                    Int32(raw.count),
+                    Self.transient
+                )
+            }
+        )
+    }
+
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
     /// Binds with `bind`, runs the statement to its end, and resets it for its next use. Text bound through `text` is
@@ -126,6 +143,44 @@ extension Database {
     func run(_ sql: StoreSQL, _ statements: inout StoreStatements, _ bind: (inout StatementBinder) -> Void) throws {
         try StatementBinder.run(statements.statement(sql, in: self), sql: sql.text, text: statements.text, bind)
     }
+
+    /// Runs one of the store's statements that changes transfer `id`'s row for manager `owner`, as `run` does; when
+    /// it changed nothing because a slice still holds the transfer (no row was written for it yet), writes the row
+    /// out (``TransferStore/promote(_:in:statements:by:)``) and runs it again on that row.
+    func run(
+        _ sql: StoreSQL,
+        changing id: TransferID,
+        as owner: String,
+        _ statements: inout StoreStatements,
+        _ bind: (inout StatementBinder) -> Void
+    ) throws {
+        try self.run(sql, &statements, bind)
+        guard self.changesCount == 0, try statements.holdsSlices(self),
+            try TransferStore.promote(id.rawValue, in: self, statements: &statements, by: owner)
+        else { return }
+        try self.run(sql, &statements, bind)
+    }
+
+    /// Runs one of the store's statements that selects one integer, bound by `bind`, and returns it.
+    func count(
+        _ sql: StoreSQL,
+        _ statements: inout StoreStatements,
+        _ bind: (inout StatementBinder) -> Void
+    ) throws
+        -> Int64
+    {
+        let statement = try statements.statement(sql, in: self)
+        let handle = statement.sqliteStatement
+        var binder = StatementBinder(handle, text: nil)
+        bind(&binder)
+        defer { sqlite3_reset(handle) }
+        guard binder.failure == SQLITE_OK, binder.count == sqlite3_bind_parameter_count(handle) else {
+            throw DatabaseError(resultCode: .SQLITE_RANGE, message: "Bound \(binder.count) parameters", sql: sql.text)
+        }
+        let code = sqlite3_step(handle)
+        guard code == SQLITE_ROW else { throw self.failure(code, sql: sql.text) }
+        return sqlite3_column_int64(handle, 0)
+    }
 }
 
 /// The store's statements one transaction has used, found again by their number. GRDB's cache finds a statement by
@@ -136,6 +191,20 @@ struct StoreStatements {
     private var statements = [Statement?](repeating: nil, count: SQLText.count)
     /// Where the statements' text is copied while each runs.
     let text = BoundText()
+    /// The requests this process sliced and still finds there (the store's ``TransferStore/ownSliceEntries``), or
+    /// `nil`: then every completion is recorded as a row's, its row written out first if a slice holds it.
+    let ownSliceEntries: NIOLockedValueBox<[TransferID: OwnSliceEntry]>?
+    /// The requests this transaction sliced (forgotten again if it is rolled back: ``rolledBack()``).
+    private(set) var newOwnSliceEntries: [(TransferID, OwnSliceEntry)] = []
+    /// Completions of sliced requests to write, by slice, and the manager that records them.
+    private var completions: [Int64: PackedValues] = [:]
+    private var completionOwner: String? = nil
+    /// Whether the store holds sliced requests, once asked in this transaction.
+    private var knownToHoldSlices: Bool? = nil
+
+    init(ownSliceEntries: NIOLockedValueBox<[TransferID: OwnSliceEntry]>? = nil) {
+        self.ownSliceEntries = ownSliceEntries
+    }
 
     /// The prepared statement for `sql` on `db`.
     mutating func statement(_ sql: StoreSQL, in db: Database) throws -> Statement {
@@ -143,6 +212,84 @@ struct StoreStatements {
         let statement = try db.cachedStatement(sql: sql.text)
         self.statements[sql.number] = statement
         return statement
+    }
+
+    /// Whether the store holds any sliced request (asked once a transaction: this transaction's own slices count).
+    mutating func holdsSlices(_ db: Database) throws -> Bool {
+        if let known = self.knownToHoldSlices { return known }
+        let holds = try TransferStore.holdsSlices(db)
+        self.knownToHoldSlices = holds
+        return holds
+    }
+
+    /// Notes that `chunk`'s inserts went into slice `slice` at `now`, each at its place, for `owner`: in
+    /// ``ownSliceEntries`` at once (a claim in the same transaction may write one out already, see
+    /// ``forgetOwnSliceEntry(_:)``), and in ``newOwnSliceEntries`` until the transaction has committed.
+    mutating func sliced(_ chunk: ArraySlice<StoreOperation>, into slice: Int64, owner: String, at now: Double) {
+        self.knownToHoldSlices = true
+        guard let known = self.ownSliceEntries else { return }
+        var sliced: [(TransferID, OwnSliceEntry)] = []
+        sliced.reserveCapacity(chunk.count)
+        for (entry, index) in chunk.indices.enumerated() {
+            guard case .insert(let item) = chunk[index] else { continue }
+            sliced.append(
+                (item.id, OwnSliceEntry(slice: slice, entry: entry, owner: owner, insertedAt: now, inserted: item))
+            )
+        }
+        known.withLockedValue { known in
+            for (id, entry) in sliced { known[id] = entry }
+        }
+        self.newOwnSliceEntries += sliced
+    }
+
+    /// Where `owner` sliced `id`, if it did and nothing in this process wrote the transfer's row out since (taken
+    /// out: its completion goes there once). Another process may have: the caller checks that no row exists.
+    func takeOwnSliceEntry(_ id: TransferID, owner: String) -> OwnSliceEntry? {
+        self.ownSliceEntries?.withLockedValue { entries in
+            guard let entry = entries[id], entry.owner == owner else { return nil }
+            entries[id] = nil
+            return entry
+        }
+    }
+
+    /// Forgets that this process sliced `id`: its row is being written out.
+    /// - Returns: where it was, if this process sliced it.
+    @discardableResult
+    func forgetOwnSliceEntry(_ id: TransferID) -> OwnSliceEntry? {
+        self.ownSliceEntries?.withLockedValue { $0.removeValue(forKey: id) }
+    }
+
+    /// Forgets the requests this transaction sliced: it was rolled back.
+    func rolledBack() {
+        guard let known = self.ownSliceEntries, !self.newOwnSliceEntries.isEmpty else { return }
+        known.withLockedValue { known in
+            for (id, _) in self.newOwnSliceEntries { known[id] = nil }
+        }
+    }
+
+    /// Queues a completion of a request in slice `slice`, recorded by `owner`, for ``writeCompletions(_:)``.
+    mutating func record(_ completion: SliceCompletion, inSlice slice: Int64, owner: String) {
+        self.completionOwner = owner
+        completion.pack(into: &self.completions[slice, default: PackedValues(capacity: 16 * 64)])
+    }
+
+    /// Writes the queued completions, one row of `sliceResult` for each slice they are in, with the transaction's
+    /// time and the lease that a publishing record keeps
+    /// (``StoreOperation/publishing(_:finalPath:size:sha256:modified:)``).
+    mutating func writeCompletions(_ db: Database) throws {
+        guard !self.completions.isEmpty, let owner = self.completionOwner else { return }
+        let completions = self.completions
+        self.completions = [:]
+        let now = Date().timeIntervalSince1970
+        for (slice, records) in completions {
+            try db.run(SQLText.sliceResult, &self) { bind in
+                bind.bind(slice)
+                bind.bind(now)
+                bind.bind(owner)
+                bind.bind(now + TransferStore.leaseDuration)
+                bind.bind(blob: records.bytes)
+            }
+        }
     }
 }
 

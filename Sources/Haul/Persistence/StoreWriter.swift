@@ -324,11 +324,12 @@ package final class StoreWriter: Sendable {
         }
         let owner = self.owner
         if jobs.contains(where: { !$0.operations.isEmpty || $0.last != nil }) { self.store.willWriteTransfers() }
+        let store = self.store
         self.store.database.asyncWriteWithoutTransaction { db in
+            var statements = StoreStatements(ownSliceEntries: store.ownSliceEntries)
             let result = Result { () throws -> Set<TransferID> in
                 try Self.inImmediateTransaction(db) {
                     var leased: Set<TransferID> = []
-                    var statements = StoreStatements()
                     // By index, jobs and operations: iterating would copy each job, and each operation (a row's dozen
                     // strings), out of its array.
                     for job in jobs.indices {
@@ -351,8 +352,13 @@ package final class StoreWriter: Sendable {
                             index += 1
                         }
                         if let last = jobs[job].last { try Self.apply(last, db, owner, &statements, &leased) }
-                        try jobs[job].body?(db)
+                        if let body = jobs[job].body {
+                            // A claim reads the rows as the operations before it left them.
+                            try statements.writeCompletions(db)
+                            try body(db)
+                        }
                     }
+                    try statements.writeCompletions(db)
                     return leased
                 }
             }
@@ -360,6 +366,7 @@ package final class StoreWriter: Sendable {
             case .success(let leased):
                 if !leased.isEmpty { self.recordLeases(leased) }
             case .failure(let error):
+                statements.rolledBack()
                 self.lastErrorBox.withLockedValue { $0 = error }
             }
             self.complete(jobs)

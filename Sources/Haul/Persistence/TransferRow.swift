@@ -226,6 +226,27 @@ package enum StoreOperation: Sendable {
         switch self {
         case .insert(let item):
             let leases = item.row.state == TransferState.waiting.description
+            // A transfer a slice holds meets its insert as the row it stands for: written out first when the insert
+            // may change it, left where it is (only the batch entry written) when the insert would not.
+            if try statements.holdsSlices(db),
+                try db.count(SQLText.rowCount, &statements, { bind in bind.bind(item.id) }) == 0,
+                let sliced = try TransferStore.slicedRows([item.row.id], in: db)[0]
+            {
+                let mine =
+                    sliced.leaseOwner == owner
+                    || ((sliced.leaseOwner == nil || (sliced.leaseExpires ?? 0) < now)
+                        && sliced.state != TransferState.completed.description)
+                guard mine else {
+                    try db.run(SQLText.batchEntry, &statements) { bind in
+                        bind.bind(item.batchID.rawValue)
+                        bind.bind(item.position)
+                        bind.bind(item.row.id)
+                    }
+                    return false
+                }
+                statements.forgetOwnSliceEntry(item.id)
+                try db.run(SQLText.promote, &statements) { bind in bind.all(of: sliced) }
+            }
             try db.run(SQLText.insert[0], &statements) { bind in
                 bind.insertValues(of: item, owner: owner, now: now)
                 bind.mine(owner, now)
@@ -244,7 +265,7 @@ package enum StoreOperation: Sendable {
                 bind.bind(id)
             }
         case .reopen(let id, let completedAt, let staleHolder):
-            try db.run(SQLText.reopen, &statements) { bind in
+            try db.run(SQLText.reopen, changing: id, as: owner, &statements) { bind in
                 bind.bind(id)
                 bind.bind(completedAt)
                 bind.bind(now)
@@ -253,7 +274,8 @@ package enum StoreOperation: Sendable {
         case .state(let id, let state, let attempts):
             // Waiting keeps the lease the insert took (see ``insert(_:)``); running renews nothing here either.
             let releases = state != .running && state != .waiting
-            try db.run(releases ? SQLText.stateReleasingLease : SQLText.state, &statements) { bind in
+            try db.run(releases ? SQLText.stateReleasingLease : SQLText.state, changing: id, as: owner, &statements) {
+                bind in
                 bind.bind(state.description)
                 bind.bind(attempts)
                 bind.bind(now)
@@ -262,7 +284,7 @@ package enum StoreOperation: Sendable {
                 bind.mine(owner, now)
             }
         case .validator(let id, let etag, let lastModified, let totalSize):
-            try db.run(SQLText.validator, &statements) { bind in
+            try db.run(SQLText.validator, changing: id, as: owner, &statements) { bind in
                 bind.bind(etag)
                 bind.bind(lastModified)
                 bind.bind(totalSize)
@@ -272,7 +294,7 @@ package enum StoreOperation: Sendable {
             }
         case .checkpoint(let id, let bytes):
             // A checkpoint also renews the lease.
-            try db.run(SQLText.checkpoint, &statements) { bind in
+            try db.run(SQLText.checkpoint, changing: id, as: owner, &statements) { bind in
                 bind.bind(bytes)
                 bind.bind(now)
                 bind.bind(now + TransferStore.leaseDuration)
@@ -280,7 +302,7 @@ package enum StoreOperation: Sendable {
                 bind.bind(owner)
             }
         case .completed(let id, let file, let modified):
-            try db.run(SQLText.completed, &statements) { bind in
+            try db.run(SQLText.completed, changing: id, as: owner, &statements) { bind in
                 bind.bind(file.byteCount)
                 bind.bind(file.byteCount)
                 bind.bind(file.path.path)
@@ -293,7 +315,23 @@ package enum StoreOperation: Sendable {
                 bind.mine(owner, now)
             }
         case .publishing(let id, let finalPath, let size, let sha256, let modified):
-            try db.run(SQLText.publishing, &statements) { bind in
+            // Sliced by this manager and still there: recorded in its slice with the transaction's others. No other
+            // process writes a sliced transfer out while its slice's lease lasts (an insert leaves it, a claim finds
+            // it held); after, one may have taken it over, and its row is then the one to change.
+            if let place = statements.takeOwnSliceEntry(id, owner: owner),
+                try now < place.leaseExpires || db.count(SQLText.rowCount, &statements, { $0.bind(id) }) == 0
+            {
+                let completion = SliceCompletion(
+                    entry: place.entry,
+                    finalPath: finalPath,
+                    size: size,
+                    sha256: sha256,
+                    modified: modified
+                )
+                statements.record(completion, inSlice: place.slice, owner: owner)
+                return false
+            }
+            try db.run(SQLText.publishing, changing: id, as: owner, &statements) { bind in
                 bind.bind(size)
                 bind.bind(finalPath)
                 bind.bind(modified)
@@ -304,12 +342,12 @@ package enum StoreOperation: Sendable {
                 bind.bind(id)
             }
         case .releaseLease(let id, let holder):
-            try db.run(SQLText.releaseLease, &statements) { bind in
+            try db.run(SQLText.releaseLease, changing: id, as: owner, &statements) { bind in
                 bind.bind(id)
                 bind.bind(holder)
             }
         case .failed(let id, let error, let attempts):
-            try db.run(SQLText.failed, &statements) { bind in
+            try db.run(SQLText.failed, changing: id, as: owner, &statements) { bind in
                 bind.bind(error.code.description)
                 bind.bind(error.message)
                 bind.bind(error.httpStatus)
@@ -357,7 +395,32 @@ package enum StoreOperation: Sendable {
             while operations.endIndex - start >= size {
                 let chunk = operations[start..<(start + size)]
                 let now = Date().timeIntervalSince1970
-                if let first = Self.sharedInsert(chunk) {
+                let shared = Self.sharedInsert(chunk)
+                if let first = shared,
+                    try Self.insertSlice(chunk, first: first, db, owner: owner, now: now, statements: &statements)
+                {
+                    for index in chunk.indices {
+                        if case .insert(let item) = chunk[index] { leased.append(item.id) }
+                    }
+                    start += size
+                    continue
+                }
+                // A chunk with a transfer that a slice holds goes one insert at a time (see `apply`).
+                if try statements.holdsSlices(db),
+                    try TransferStore.slicePlaces(chunk.indices.compactMap { chunk[$0].insertedID?.rawValue }, in: db)
+                        .contains(where: { $0 != nil })
+                {
+                    for index in chunk.indices {
+                        if try chunk[index].apply(db, owner: owner, statements: &statements),
+                            let id = chunk[index].insertedID
+                        {
+                            leased.append(id)
+                        }
+                    }
+                    start += size
+                    continue
+                }
+                if let first = shared {
                     try db.run(SQLText.sharedInsert[level], &statements) { bind in
                         bind.sharedInsertValues(of: first, leaseOwner: owner, now: now)
                         for index in chunk.indices {
@@ -493,6 +556,39 @@ package final class InsertedRow: Sendable {
 }
 
 extension StatementBinder {
+    /// Binds every column of `row`, in the order of ``TransferRow/columns``.
+    mutating func all(of row: TransferRow) {
+        self.bind(row.id)
+        self.bind(row.url)
+        self.bind(row.destinationKind)
+        self.bind(row.destinationPath)
+        self.bind(row.folder)
+        self.bind(row.nameComponents)
+        self.bind(row.usesContentDisposition)
+        self.bind(row.conflictPolicy)
+        self.bind(row.headers)
+        self.bind(row.checksum)
+        self.bind(row.expectedSize)
+        self.bind(row.computesSHA256)
+        self.bind(row.state)
+        self.bind(row.bytesOnDisk)
+        self.bind(row.totalSize)
+        self.bind(row.etag)
+        self.bind(row.lastModified)
+        self.bind(row.attempts)
+        self.bind(row.updatedAt)
+        self.bind(row.finalPath)
+        self.bind(row.finalSize)
+        self.bind(row.finalModified)
+        self.bind(row.sha256)
+        self.bind(row.errorCode)
+        self.bind(row.errorMessage)
+        self.bind(row.httpStatus)
+        self.bind(row.leaseOwner)
+        self.bind(row.leaseExpires)
+        self.bind(row.operation)
+    }
+
     /// Binds the two parameters of ``SQLText/mine``: the owner, then now.
     mutating func mine(_ owner: String, _ now: Double) {
         self.bind(owner)
@@ -552,9 +648,47 @@ enum SQLText {
     static var all: [StoreSQL] {
         insert + [batchEntry] + batchEntries + sharedInsert + sharedBatchEntries + [
             state, stateReleasingLease, validator, checkpoint, completed, publishing, releaseLease, reopen, failed,
-            listComplete,
+            listComplete, sliceProbe, sliceInsert, sliceEntries, sliceResult, promote, rowCount,
         ]
     }
+
+    /// How many requests a slice holds: a bulk insert's largest run (``StoreOperation/bulkInsertRows``).
+    static let sliceSize = StoreOperation.bulkInsertRows[0]
+    /// How many of a slice's identifiers (bound once each) the store holds already, as rows or in slices.
+    static let sliceProbe = StoreSQL(
+        number: 20,
+        text: {
+            let ids = (1...sliceSize).map { "?\($0)" }.joined(separator: ", ")
+            return "SELECT (SELECT COUNT(*) FROM transfer WHERE id IN (\(ids))) "
+                + "+ (SELECT COUNT(*) FROM sliceEntry WHERE id IN (\(ids)))"
+        }()
+    )
+    static let sliceInsert = StoreSQL(
+        number: 21,
+        text: """
+            INSERT INTO slice (batchID, position, destinationKind, destinationPath, folder, usesContentDisposition,
+                conflictPolicy, headers, computesSHA256, operation, updatedAt, leaseOwner, leaseExpires, entries)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """
+    )
+    /// A slice's identifiers, the slice bound once (first), then each identifier in the order of its entries.
+    static let sliceEntries = StoreSQL(
+        number: 22,
+        text: "INSERT INTO sliceEntry (id, slice, entry) VALUES "
+            + (0..<sliceSize).map { "(?\($0 + 2), ?1, \($0))" }.joined(separator: ", ")
+    )
+    static let sliceResult = StoreSQL(
+        number: 23,
+        text: "INSERT INTO sliceResult (slice, updatedAt, leaseOwner, leaseExpires, records) VALUES (?, ?, ?, ?, ?)"
+    )
+    /// A row written out whole (``StatementBinder/all(of:)``), unless the store has a row for its transfer.
+    static let promote = StoreSQL(
+        number: 24,
+        text: "INSERT OR IGNORE INTO transfer (\(TransferRow.columns)) VALUES ("
+            + Array(repeating: "?", count: 29).joined(separator: ", ") + ")"
+    )
+    /// Whether the store has a row for a transfer (1) or not (0).
+    static let rowCount = StoreSQL(number: 25, text: "SELECT COUNT(*) FROM transfer WHERE id = ?")
 
     /// A transfer this manager may write: its lease is this manager's, or free (or expired) on an unsettled row. Binds
     /// the owner, then now.
