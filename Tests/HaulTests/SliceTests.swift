@@ -150,6 +150,9 @@ struct SliceTests {
             Issue.record("A holds it")
             return
         }
+        // B waits to try again: its change of the transfer's state changes nothing, and writes no row out.
+        try other.apply(owner: "B", [.state("s09", .waitingToRetry, attempts: 1)])
+        #expect(try self.count("transfer", in: store) == 0)
 
         try store.apply(owner: "A", [self.publishing("s09")])
         #expect(try other.row("s09")?.state == "completed", "A's completion, seen by B")
@@ -327,6 +330,54 @@ struct SliceTests {
             }
             let batches = try configuration.store!.batches()
             #expect(batches.map(\.transferCounts) == Array(repeating: ["completed": 40], count: resuming ? 1 : 2))
+        }
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aSecondManagerAddingABatchTheFirstSlicedAndRunsFetchesNoFileTwice() async throws {
+        let bodies = (0..<64).map { FaultInjectingServer.body(size: 8_000 + $0, seed: UInt64(900 + $0)) }
+        var resources: [String: FaultInjectingServer.Resource] = [:]
+        for (index, body) in bodies.enumerated() {
+            // A fifth of a second each: most are still queued when the first periodic flush writes them, in bulk.
+            resources["/h\(index).bin"] = .init(body: body, chunkSize: 2_000, chunkDelay: .milliseconds(50))
+        }
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-slices-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try await FaultInjectingServer.withServer(resources: resources) { server in
+            let requests = bodies.indices.map {
+                TransferRequest(url: server.url("/h\($0).bin"), into: folder.appending(path: "out"))
+            }
+            // As two processes would: each manager with a store of its own on the one file.
+            @Sendable func run() async throws -> BatchReport {
+                var configuration = TransferManager.Configuration()
+                configuration.store = try TransferStore(path: folder.appending(path: "state.sqlite"))
+                configuration.maximumConcurrentTransfers = 8
+                // The second to ask for a file waits, trying again, until the first has it.
+                configuration.retryPolicy.maximumAttempts = 100
+                configuration.retryPolicy.baseDelay = .milliseconds(100)
+                configuration.retryPolicy.maximumDelay = .milliseconds(200)
+                return try await TransferManager.withTransferManager(configuration: configuration) { manager in
+                    try await manager.enqueue(requests).report()
+                }
+            }
+            // The second starts once the first has sliced the batch, and meets its slice.
+            async let first = run()
+            let probe = try TransferStore(path: folder.appending(path: "state.sqlite"))
+            let started = ContinuousClock.now
+            while try self.count("slice", in: probe) == 0, ContinuousClock.now - started < .seconds(10) {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(try self.count("slice", in: probe) >= 1, "the first manager sliced the batch")
+            async let second = run()
+            let reports = try await [first, second]
+            #expect(reports.map(\.completed.count) == [64, 64], "\(reports.map { $0.items.map(\.result) })")
+            let counts = Dictionary(grouping: server.requests.map(\.path), by: { $0 }).mapValues(\.count)
+            #expect(counts.count == 64)
+            #expect(counts.values.allSatisfy { $0 == 1 }, "each file fetched once: \(counts.filter { $0.value > 1 })")
+            for (index, body) in bodies.enumerated() {
+                #expect(try Data(contentsOf: folder.appending(path: "out/h\(index).bin")) == Data(body))
+            }
         }
     }
 

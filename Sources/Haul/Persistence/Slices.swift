@@ -612,8 +612,8 @@ extension TransferStore {
 
     /// Writes out the row that a slice's entry for `id` stands for (its completion included), unless a row of
     /// `transfer` has it already, for manager `owner`'s change to it: from then on the row is the transfer's, and
-    /// changes as any row does. The completions `statements` holds are written first (one of them may be this
-    /// entry's).
+    /// changes as any row does. Not while another manager that is alive holds its lease. The completions `statements`
+    /// holds are written first (one of them may be this entry's).
     /// - Returns: whether it wrote a row.
     @discardableResult
     static func promote(
@@ -624,9 +624,18 @@ extension TransferStore {
     ) throws -> Bool {
         try statements.writeCompletions(db)
         // Sliced by this very manager: its row is the insert's (read from the store, for anyone else).
-        let own = statements.forgetOwnSliceEntry(TransferID(id))
+        let own = statements.ownSliceEntry(TransferID(id))
         let row = try own?.owner == owner ? own?.row : Self.slicedRows([id], in: db)[0]
         guard let row else { return false }
+        // Held by another manager that is alive, it stays in its slice: a change of this manager's would change
+        // nothing on its row either, and that manager records its completion in the slice without looking for a row
+        // while its lease lasts.
+        if let holder = row.leaseOwner, holder != owner, (row.leaseExpires ?? 0) >= Date().timeIntervalSince1970,
+            LeaseOwner.isAlive(holder)
+        {
+            return false
+        }
+        statements.forgetOwnSliceEntry(TransferID(id))
         try db.run(SQLText.promote, &statements) { bind in bind.all(of: row) }
         return db.changesCount > 0
     }

@@ -252,6 +252,11 @@ struct StoreStatements {
         }
     }
 
+    /// Where this process sliced `id`, if it did and still finds it there.
+    func ownSliceEntry(_ id: TransferID) -> OwnSliceEntry? {
+        self.ownSliceEntries?.withLockedValue { $0[id] }
+    }
+
     /// Forgets that this process sliced `id`: its row is being written out.
     /// - Returns: where it was, if this process sliced it.
     @discardableResult
