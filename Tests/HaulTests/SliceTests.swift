@@ -42,6 +42,24 @@ struct SliceTests {
         try store.database.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM \(table)") ?? -1 }
     }
 
+    /// A server of `bodies` at `/NAME0.bin`, `/NAME1.bin`, ..., each sent 2,000 bytes at a time `chunkDelay` apart,
+    /// and a new folder, removed after `body`.
+    func withPacedFiles(
+        _ bodies: [[UInt8]],
+        named name: String,
+        chunkDelay: Duration,
+        _ body: (FaultInjectingServer, URL) async throws -> Void
+    ) async throws {
+        var resources: [String: FaultInjectingServer.Resource] = [:]
+        for (index, bytes) in bodies.enumerated() {
+            resources["/\(name)\(index).bin"] = .init(body: bytes, chunkSize: 2_000, chunkDelay: chunkDelay)
+        }
+        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-slices-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try await FaultInjectingServer.withServer(resources: resources) { server in try await body(server, folder) }
+    }
+
     func publishing(_ id: String) -> StoreOperation {
         .publishing(TransferID(id), finalPath: "/tmp/x/\(id)", size: 5, sha256: "ab", modified: 1.5)
     }
@@ -283,14 +301,7 @@ struct SliceTests {
     @Test(.timeLimit(.minutes(1)), arguments: [false, true])
     func aStoppedManagersSlicedBatchIsFinishedByTheNextWithoutFetchingACompletedFileAgain(resuming: Bool) async throws {
         let bodies = (0..<40).map { FaultInjectingServer.body(size: 10_000 + $0, seed: UInt64(700 + $0)) }
-        var resources: [String: FaultInjectingServer.Resource] = [:]
-        for (index, body) in bodies.enumerated() {
-            resources["/g\(index).bin"] = .init(body: body, chunkSize: 2_000, chunkDelay: .milliseconds(10))
-        }
-        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-slices-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        try await FaultInjectingServer.withServer(resources: resources) { server in
+        try await self.withPacedFiles(bodies, named: "g", chunkDelay: .milliseconds(10)) { server, folder in
             let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
             var configuration = TransferManager.Configuration()
             configuration.store = store
@@ -336,15 +347,8 @@ struct SliceTests {
     @Test(.timeLimit(.minutes(1)))
     func aSecondManagerAddingABatchTheFirstSlicedAndRunsFetchesNoFileTwice() async throws {
         let bodies = (0..<64).map { FaultInjectingServer.body(size: 8_000 + $0, seed: UInt64(900 + $0)) }
-        var resources: [String: FaultInjectingServer.Resource] = [:]
-        for (index, body) in bodies.enumerated() {
-            // A fifth of a second each: most are still queued when the first periodic flush writes them, in bulk.
-            resources["/h\(index).bin"] = .init(body: body, chunkSize: 2_000, chunkDelay: .milliseconds(50))
-        }
-        let folder = FileManager.default.temporaryDirectory.appending(path: "haul-slices-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        try await FaultInjectingServer.withServer(resources: resources) { server in
+        // A fifth of a second each: most are still queued when the first periodic flush writes them, in bulk.
+        try await self.withPacedFiles(bodies, named: "h", chunkDelay: .milliseconds(50)) { server, folder in
             let requests = bodies.indices.map {
                 TransferRequest(url: server.url("/h\($0).bin"), into: folder.appending(path: "out"))
             }
