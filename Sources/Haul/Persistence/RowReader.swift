@@ -54,7 +54,7 @@ extension TransferRow {
 
 /// Reads a statement's current row, one column after the other, with SQLite's conversions: a `NULL` where a value is
 /// required reads as an empty text, 0 or false, as SQLite itself converts it.
-private struct ColumnReader {
+struct ColumnReader {
     private let handle: SQLiteStatement
     private var index: Int32 = 0
 
@@ -92,6 +92,16 @@ private struct ColumnReader {
     }
 
     mutating func bool() -> Bool { self.integer() != 0 }
+
+    /// A blob's bytes (none for `NULL` or an empty blob), valid until the statement steps again or is reset.
+    mutating func blob() -> UnsafeRawBufferPointer {
+        let column = self.next()
+        let count = Int(sqlite3_column_bytes(self.handle, column))
+        guard count > 0, let bytes = sqlite3_column_blob(self.handle, column) else {
+            return UnsafeRawBufferPointer(start: nil, count: 0)
+        }
+        return UnsafeRawBufferPointer(start: bytes, count: count)
+    }
 
     /// Passes over a `NULL` column.
     private mutating func skip<T>() -> T? {

@@ -62,7 +62,6 @@ struct PackedValues {
         self.bytes.append(1)
         self.append(text)
     }
-
 }
 
 /// Reads what ``PackedValues`` packed, in the same order; a value cut short or a bad optional marker is an error (a
@@ -88,27 +87,21 @@ struct PackedReader {
         try self.isPresent() ? self.integer() : nil
     }
 
-    /// The next integer, left to read.
-    func peekInteger() throws -> Int64 {
-        var copy = self
-        return try copy.integer()
-    }
-
     mutating func optionalDouble() throws -> Double? {
         try self.optionalInteger().map { Double(bitPattern: UInt64(bitPattern: $0)) }
     }
 
     mutating func text() throws -> String {
+        String(decoding: try self.textBytes(), as: UTF8.self)
+    }
+
+    /// A text's bytes, passed over.
+    private mutating func textBytes() throws -> UnsafeRawBufferPointer {
         guard self.bytes.count - self.offset >= 4 else { throw Self.malformed }
         let count = Int(UInt32(littleEndian: self.bytes.loadUnaligned(fromByteOffset: self.offset, as: UInt32.self)))
-        self.offset += 4
-        guard self.bytes.count - self.offset >= count else { throw Self.malformed }
-        let text = String(
-            decoding: UnsafeRawBufferPointer(rebasing: self.bytes[self.offset..<(self.offset + count)]),
-            as: UTF8.self
-        )
-        self.offset += count
-        return text
+        guard self.bytes.count - self.offset - 4 >= count else { throw Self.malformed }
+        self.offset += 4 + count
+        return UnsafeRawBufferPointer(rebasing: self.bytes[(self.offset - count)..<self.offset])
     }
 
     mutating func optionalText() throws -> String? {
@@ -122,10 +115,7 @@ struct PackedReader {
     }
 
     mutating func skipText() throws {
-        guard self.bytes.count - self.offset >= 4 else { throw Self.malformed }
-        let count = Int(UInt32(littleEndian: self.bytes.loadUnaligned(fromByteOffset: self.offset, as: UInt32.self)))
-        guard self.bytes.count - self.offset - 4 >= count else { throw Self.malformed }
-        self.offset += 4 + count
+        _ = try self.textBytes()
     }
 
     mutating func skipOptionalInteger() throws {
@@ -164,19 +154,6 @@ struct SliceEntry: Equatable, Sendable {
     var etag: String?
     var lastModified: String?
 
-    init(position: Int, row: TransferRow) {
-        self.position = position
-        self.id = row.id
-        self.url = row.url
-        self.nameComponents = row.nameComponents
-        self.checksum = row.checksum
-        self.expectedSize = row.expectedSize
-        self.bytesOnDisk = row.bytesOnDisk
-        self.totalSize = row.totalSize
-        self.etag = row.etag
-        self.lastModified = row.lastModified
-    }
-
     init(from reader: inout PackedReader) throws {
         self.position = Int(try reader.integer())
         self.id = try reader.text()
@@ -190,7 +167,7 @@ struct SliceEntry: Equatable, Sendable {
         self.lastModified = try reader.optionalText()
     }
 
-    /// Reads an entry's bytes on disk and total size, passing over the rest.
+    /// Reads an entry's bytes on disk and total size, passing over the rest (and over a whole entry).
     static func sizes(from reader: inout PackedReader) throws -> (bytesOnDisk: Int64, totalSize: Int64?) {
         try reader.skipInteger()
         try reader.skipText()
@@ -202,20 +179,6 @@ struct SliceEntry: Equatable, Sendable {
         try reader.skipOptionalText()
         try reader.skipOptionalText()
         return sizes
-    }
-
-    /// Passes over an entry, reading none of its texts.
-    static func skip(_ reader: inout PackedReader) throws {
-        try reader.skipInteger()
-        try reader.skipText()
-        try reader.skipText()
-        try reader.skipText()
-        try reader.skipOptionalText()
-        try reader.skipOptionalInteger()
-        try reader.skipInteger()
-        try reader.skipOptionalInteger()
-        try reader.skipOptionalText()
-        try reader.skipOptionalText()
     }
 
     /// Packs `item`'s own values, read where they are (a row passed as a value is a copy: a retain and a release
@@ -274,15 +237,6 @@ struct SliceCompletion: Equatable, Sendable {
         return (entry, size)
     }
 
-    /// Passes over a packed completion.
-    static func skip(_ reader: inout PackedReader) throws {
-        try reader.skipInteger()
-        try reader.skipText()
-        try reader.skipInteger()
-        try reader.skipOptionalText()
-        try reader.skipOptionalInteger()
-    }
-
     init(from reader: inout PackedReader, updatedAt: Double, leaseOwner: String?, leaseExpires: Double?) throws {
         self.entry = Int(try reader.integer())
         self.finalPath = try reader.text()
@@ -322,30 +276,24 @@ struct StoredSlice: Sendable {
 
     /// The slice a statement that selected ``columns`` stands on; without its entries unless `decodingEntries`.
     init(columnsOf handle: SQLiteStatement, decodingEntries: Bool = true) throws {
-        func text(_ column: Int32) -> String {
-            guard let bytes = sqlite3_column_text(handle, column) else { return "" }
-            let count = Int(sqlite3_column_bytes(handle, column))
-            return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
-        }
-        func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
-        self.id = sqlite3_column_int64(handle, 0)
-        self.batchID = Int(sqlite3_column_int64(handle, 1))
-        self.destinationKind = text(2)
-        self.destinationPath = text(3)
-        self.folder = text(4)
-        self.usesContentDisposition = sqlite3_column_int64(handle, 5) != 0
-        self.conflictPolicy = text(6)
-        self.headers = text(7)
-        self.computesSHA256 = sqlite3_column_int64(handle, 8) != 0
-        self.operation = text(9)
-        self.updatedAt = sqlite3_column_double(handle, 10)
-        self.leaseOwner = isNull(11) ? nil : text(11)
-        self.leaseExpires = isNull(12) ? nil : sqlite3_column_double(handle, 12)
-        let count = Int(sqlite3_column_bytes(handle, 13))
+        var reader = ColumnReader(handle, from: 0)
+        self.id = reader.integer()
+        self.batchID = Int(reader.integer())
+        self.destinationKind = reader.text()
+        self.destinationPath = reader.text()
+        self.folder = reader.text()
+        self.usesContentDisposition = reader.bool()
+        self.conflictPolicy = reader.text()
+        self.headers = reader.text()
+        self.computesSHA256 = reader.bool()
+        self.operation = reader.text()
+        self.updatedAt = reader.double()
+        self.leaseOwner = reader.optionalText()
+        self.leaseExpires = reader.optionalDouble()
         var entries: [SliceEntry] = []
-        if decodingEntries, count > 0, let blob = sqlite3_column_blob(handle, 13) {
-            var reader = PackedReader(UnsafeRawBufferPointer(start: blob, count: count))
-            while !reader.isAtEnd { entries.append(try SliceEntry(from: &reader)) }
+        if decodingEntries {
+            var packed = PackedReader(reader.blob())
+            while !packed.isAtEnd { entries.append(try SliceEntry(from: &packed)) }
         }
         self.entries = entries
     }
@@ -468,44 +416,45 @@ extension TransferStore {
         return ids.compactMap { slices[$0] }
     }
 
-    /// Reads the completions of `slices`, the later over the earlier for an entry.
+    /// Reads the completions of `slices`.
     private static func addCompletions(to slices: inout [Int64: StoredSlice], in db: Database) throws {
+        // By the keys' copy: the values change as the completions are read.
+        for id in Array(slices.keys) {
+            let completions = try Self.completions(ofSlice: id, in: db)
+            guard completions.keys.allSatisfy(slices[id]!.entries.indices.contains) else {
+                throw PackedReader.malformed
+            }
+            slices[id]!.completions = completions
+        }
+    }
+
+    /// The completions recorded for slice `slice`, by entry: the last one of each.
+    private static func completions(ofSlice slice: Int64, in db: Database) throws -> [Int: SliceCompletion] {
         let sql = "SELECT updatedAt, leaseOwner, leaseExpires, records FROM sliceResult WHERE slice = ? ORDER BY rowid"
         let statement = try db.cachedStatement(sql: sql)
-        try withExtendedLifetime(statement) {
+        return try withExtendedLifetime(statement) {
             let handle = statement.sqliteStatement
-            // By the keys' copy: the values change as the completions are read.
-            for id in Array(slices.keys) {
-                defer { sqlite3_reset(handle) }
-                var code = sqlite3_bind_int64(handle, 1, id)
-                if code == SQLITE_OK { code = sqlite3_step(handle) }
-                while code == SQLITE_ROW {
-                    let updatedAt = sqlite3_column_double(handle, 0)
-                    let owner: String? =
-                        sqlite3_column_type(handle, 1) == SQLITE_NULL
-                        ? nil : String(cString: sqlite3_column_text(handle, 1))
-                    let expires: Double? =
-                        sqlite3_column_type(handle, 2) == SQLITE_NULL ? nil : sqlite3_column_double(handle, 2)
-                    let count = Int(sqlite3_column_bytes(handle, 3))
-                    if count > 0, let blob = sqlite3_column_blob(handle, 3) {
-                        var reader = PackedReader(UnsafeRawBufferPointer(start: blob, count: count))
-                        while !reader.isAtEnd {
-                            let completion = try SliceCompletion(
-                                from: &reader,
-                                updatedAt: updatedAt,
-                                leaseOwner: owner,
-                                leaseExpires: expires
-                            )
-                            guard slices[id]!.entries.indices.contains(completion.entry) else {
-                                throw PackedReader.malformed
-                            }
-                            slices[id]!.completions[completion.entry] = completion
-                        }
-                    }
-                    code = sqlite3_step(handle)
+            defer { sqlite3_reset(handle) }
+            var completions: [Int: SliceCompletion] = [:]
+            var code = sqlite3_bind_int64(handle, 1, slice)
+            if code == SQLITE_OK { code = sqlite3_step(handle) }
+            while code == SQLITE_ROW {
+                var columns = ColumnReader(handle, from: 0)
+                let (updatedAt, owner, expires) = (columns.double(), columns.optionalText(), columns.optionalDouble())
+                var records = PackedReader(columns.blob())
+                while !records.isAtEnd {
+                    let completion = try SliceCompletion(
+                        from: &records,
+                        updatedAt: updatedAt,
+                        leaseOwner: owner,
+                        leaseExpires: expires
+                    )
+                    completions[completion.entry] = completion
                 }
-                guard code == SQLITE_DONE else { throw db.failure(code, sql: sql) }
+                code = sqlite3_step(handle)
             }
+            guard code == SQLITE_DONE else { throw db.failure(code, sql: sql) }
+            return completions
         }
     }
 
@@ -533,7 +482,7 @@ extension TransferStore {
     static func slicedRows(_ ids: [String], in db: Database) throws -> [TransferRow?] {
         let places = try Self.slicePlaces(ids, in: db)
         if ids.count == 1 {
-            // One entry: read it alone (the others of its slice, and their completions, passed over).
+            // One entry: read it alone (the others of its slice passed over).
             return [try places[0].flatMap { try Self.slicedRow(at: $0, id: ids[0], in: db) }]
         }
         let slices = try Self.slices(places.compactMap { $0?.slice }, in: db)
@@ -559,55 +508,13 @@ extension TransferStore {
                 throw db.failure(code, sql: sql)
             }
             let slice = try StoredSlice(columnsOf: handle, decodingEntries: false)
-            let count = Int(sqlite3_column_bytes(handle, 13))
-            guard count > 0, let blob = sqlite3_column_blob(handle, 13) else { throw PackedReader.malformed }
-            var reader = PackedReader(UnsafeRawBufferPointer(start: blob, count: count))
-            for _ in 0..<place.entry { try SliceEntry.skip(&reader) }
+            var columns = ColumnReader(handle, from: 13)
+            var reader = PackedReader(columns.blob())
+            for _ in 0..<place.entry { _ = try SliceEntry.sizes(from: &reader) }
             return (slice, try SliceEntry(from: &reader))
         }
         guard let (slice, entry) = found, entry.id == id else { return nil }
-        return slice.row(for: entry, completion: try Self.lastCompletion(of: place, in: db))
-    }
-
-    /// The last completion recorded for entry `place.entry` of slice `place.slice`, if any.
-    private static func lastCompletion(
-        of place: (slice: Int64, entry: Int),
-        in db: Database
-    ) throws
-        -> SliceCompletion?
-    {
-        let sql = "SELECT updatedAt, leaseOwner, leaseExpires, records FROM sliceResult WHERE slice = ? ORDER BY rowid"
-        let statement = try db.cachedStatement(sql: sql)
-        return try withExtendedLifetime(statement) {
-            let handle = statement.sqliteStatement
-            defer { sqlite3_reset(handle) }
-            var code = sqlite3_bind_int64(handle, 1, place.slice)
-            var last: SliceCompletion? = nil
-            if code == SQLITE_OK { code = sqlite3_step(handle) }
-            while code == SQLITE_ROW {
-                let count = Int(sqlite3_column_bytes(handle, 3))
-                if count > 0, let blob = sqlite3_column_blob(handle, 3) {
-                    var reader = PackedReader(UnsafeRawBufferPointer(start: blob, count: count))
-                    while !reader.isAtEnd {
-                        if try reader.peekInteger() == Int64(place.entry) {
-                            last = try SliceCompletion(
-                                from: &reader,
-                                updatedAt: sqlite3_column_double(handle, 0),
-                                leaseOwner: sqlite3_column_type(handle, 1) == SQLITE_NULL
-                                    ? nil : String(cString: sqlite3_column_text(handle, 1)),
-                                leaseExpires: sqlite3_column_type(handle, 2) == SQLITE_NULL
-                                    ? nil : sqlite3_column_double(handle, 2)
-                            )
-                        } else {
-                            try SliceCompletion.skip(&reader)
-                        }
-                    }
-                }
-                code = sqlite3_step(handle)
-            }
-            guard code == SQLITE_DONE else { throw db.failure(code, sql: sql) }
-            return last
-        }
+        return slice.row(for: entry, completion: try Self.completions(ofSlice: place.slice, in: db)[place.entry])
     }
 
     /// Writes out the row that a slice's entry for `id` stands for (its completion included), unless a row of

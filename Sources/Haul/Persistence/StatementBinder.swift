@@ -14,7 +14,7 @@ struct StatementBinder {
     /// Where text is copied for SQLite to read in place (`nil`: SQLite copies it).
     private let text: BoundText?
     private var index: Int32 = 1
-    fileprivate private(set) var failure: Int32 = SQLITE_OK
+    private var failure: Int32 = SQLITE_OK
 
     fileprivate init(_ handle: SQLiteStatement, text: BoundText?) {
         self.handle = handle
@@ -91,6 +91,17 @@ struct StatementBinder {
 
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
+    /// The error of a binding that failed, or that bound fewer or more values than the statement has parameters.
+    fileprivate func bindingError(sql: String) -> DatabaseError? {
+        let expected = sqlite3_bind_parameter_count(self.handle)
+        guard self.failure != SQLITE_OK || self.count != expected else { return nil }
+        return DatabaseError(
+            resultCode: ResultCode(rawValue: self.failure == SQLITE_OK ? SQLITE_RANGE : self.failure),
+            message: "Bound \(self.count) of \(expected) parameters",
+            sql: sql
+        )
+    }
+
     /// Binds with `bind`, runs the statement to its end, and resets it for its next use. Text bound through `text` is
     /// unbound before it returns (the copies are reused by the next statement).
     fileprivate static func run(
@@ -105,13 +116,9 @@ struct StatementBinder {
         defer {
             if let text, text.reset() { sqlite3_clear_bindings(handle) }
         }
-        guard binder.failure == SQLITE_OK, binder.count == sqlite3_bind_parameter_count(handle) else {
+        if let error = binder.bindingError(sql: sql) {
             sqlite3_reset(handle)
-            throw DatabaseError(
-                resultCode: ResultCode(rawValue: binder.failure == SQLITE_OK ? SQLITE_RANGE : binder.failure),
-                message: "Bound \(binder.count) of \(sqlite3_bind_parameter_count(handle)) parameters",
-                sql: sql
-            )
+            throw error
         }
         var code = sqlite3_step(handle)
         while code == SQLITE_ROW { code = sqlite3_step(handle) }
@@ -174,9 +181,7 @@ extension Database {
         var binder = StatementBinder(handle, text: nil)
         bind(&binder)
         defer { sqlite3_reset(handle) }
-        guard binder.failure == SQLITE_OK, binder.count == sqlite3_bind_parameter_count(handle) else {
-            throw DatabaseError(resultCode: .SQLITE_RANGE, message: "Bound \(binder.count) parameters", sql: sql.text)
-        }
+        if let error = binder.bindingError(sql: sql.text) { throw error }
         let code = sqlite3_step(handle)
         guard code == SQLITE_ROW else { throw self.failure(code, sql: sql.text) }
         return sqlite3_column_int64(handle, 0)
@@ -195,7 +200,7 @@ struct StoreStatements {
     /// `nil`: then every completion is recorded as a row's, its row written out first if a slice holds it.
     let ownSliceEntries: NIOLockedValueBox<[TransferID: OwnSliceEntry]>?
     /// The requests this transaction sliced (forgotten again if it is rolled back: ``rolledBack()``).
-    private(set) var newOwnSliceEntries: [(TransferID, OwnSliceEntry)] = []
+    private var slicedIDs: [TransferID] = []
     /// Completions of sliced requests to write, by slice, and the manager that records them.
     private var completions: [Int64: PackedValues] = [:]
     private var completionOwner: String? = nil
@@ -224,7 +229,7 @@ struct StoreStatements {
 
     /// Notes that `chunk`'s inserts went into slice `slice` at `now`, each at its place, for `owner`: in
     /// ``ownSliceEntries`` at once (a claim in the same transaction may write one out already, see
-    /// ``forgetOwnSliceEntry(_:)``), and in ``newOwnSliceEntries`` until the transaction has committed.
+    /// ``forgetOwnSliceEntry(_:)``), and in ``slicedIDs`` until the transaction has committed.
     mutating func sliced(_ chunk: ArraySlice<StoreOperation>, into slice: Int64, owner: String, at now: Double) {
         self.knownToHoldSlices = true
         guard let known = self.ownSliceEntries else { return }
@@ -239,11 +244,12 @@ struct StoreStatements {
         known.withLockedValue { known in
             for (id, entry) in sliced { known[id] = entry }
         }
-        self.newOwnSliceEntries += sliced
+        self.slicedIDs += sliced.map(\.0)
     }
 
     /// Where `owner` sliced `id`, if it did and nothing in this process wrote the transfer's row out since (taken
-    /// out: its completion goes there once). Another process may have: the caller checks that no row exists.
+    /// out: its completion goes there once). Another process may have once the slice's lease has expired: the caller
+    /// then checks that no row exists.
     func takeOwnSliceEntry(_ id: TransferID, owner: String) -> OwnSliceEntry? {
         self.ownSliceEntries?.withLockedValue { entries in
             guard let entry = entries[id], entry.owner == owner else { return nil }
@@ -266,9 +272,9 @@ struct StoreStatements {
 
     /// Forgets the requests this transaction sliced: it was rolled back.
     func rolledBack() {
-        guard let known = self.ownSliceEntries, !self.newOwnSliceEntries.isEmpty else { return }
+        guard let known = self.ownSliceEntries, !self.slicedIDs.isEmpty else { return }
         known.withLockedValue { known in
-            for (id, _) in self.newOwnSliceEntries { known[id] = nil }
+            for id in self.slicedIDs { known[id] = nil }
         }
     }
 

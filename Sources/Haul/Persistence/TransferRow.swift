@@ -237,12 +237,8 @@ package enum StoreOperation: Sendable {
                     || ((sliced.leaseOwner == nil || (sliced.leaseExpires ?? 0) < now)
                         && sliced.state != TransferState.completed.description)
                 guard mine else {
-                    try db.run(SQLText.batchEntry, &statements) { bind in
-                        bind.bind(item.batchID.rawValue)
-                        bind.bind(item.position)
-                        bind.bind(item.row.id)
-                    }
-                    return false
+                    return try StoreOperation.joinBatch(batchID: item.batchID, position: item.position, item.id)
+                        .apply(db, owner: owner, statements: &statements)
                 }
                 statements.forgetOwnSliceEntry(item.id)
                 try db.run(SQLText.promote, &statements) { bind in bind.all(of: sliced) }
@@ -410,13 +406,7 @@ package enum StoreOperation: Sendable {
                     try TransferStore.slicePlaces(chunk.indices.compactMap { chunk[$0].insertedID?.rawValue }, in: db)
                         .contains(where: { $0 != nil })
                 {
-                    for index in chunk.indices {
-                        if try chunk[index].apply(db, owner: owner, statements: &statements),
-                            let id = chunk[index].insertedID
-                        {
-                            leased.append(id)
-                        }
-                    }
+                    try Self.applyEach(chunk, db, owner: owner, statements: &statements, leased: &leased)
                     start += size
                     continue
                 }
@@ -448,14 +438,25 @@ package enum StoreOperation: Sendable {
                 start += size
             }
         }
-        for index in start..<operations.endIndex {
+        try Self.applyEach(operations[start...], db, owner: owner, statements: &statements, leased: &leased)
+        return leased
+    }
+
+    /// Applies `operations` one at a time, adding to `leased` each transfer whose lease an insert took.
+    private static func applyEach(
+        _ operations: ArraySlice<StoreOperation>,
+        _ db: Database,
+        owner: String,
+        statements: inout StoreStatements,
+        leased: inout [TransferID]
+    ) throws {
+        for index in operations.indices {
             if try operations[index].apply(db, owner: owner, statements: &statements),
                 let id = operations[index].insertedID
             {
                 leased.append(id)
             }
         }
-        return leased
     }
 
     /// Inserts the batch entries of `chunk`, a run of ``StoreOperation/bulkInsertRows``[`level`] inserts, in one
@@ -887,7 +888,7 @@ enum JSONText {
         // Whether any element has a byte to escape: when none has (nearly always), each is copied whole.
         var escapes = false
         for index in elements.indices {
-            count += Self.withBytes(of: elements[index]) { bytes in
+            count += elements[index].withUTF8Bytes { bytes in
                 guard !elementsAreJSON else { return bytes.count }
                 let quoted = Self.quotedCount(bytes)
                 if quoted != bytes.count + 2 { escapes = true }
@@ -899,7 +900,7 @@ enum JSONText {
             Self.put(UInt8(ascii: "["), into: text, at: &at)
             for index in elements.indices {
                 if index > 0 { Self.put(UInt8(ascii: ","), into: text, at: &at) }
-                at = Self.withBytes(of: elements[index]) { bytes in
+                at = elements[index].withUTF8Bytes { bytes in
                     if escapes, !elementsAreJSON { return Self.writeEscaped(bytes, into: text, at: at) }
                     var end = at
                     if !elementsAreJSON { Self.put(UInt8(ascii: "\""), into: text, at: &end) }
@@ -912,13 +913,6 @@ enum JSONText {
             Self.put(UInt8(ascii: "]"), into: text, at: &at)
             return at
         }
-    }
-
-    /// Calls `body` with the string's UTF-8 bytes: in place for a native string, else copied. (`String.withUTF8` is
-    /// mutating: called on an element of the caller's array, it copied the array first.)
-    private static func withBytes<R>(of string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        if let result = string.utf8.withContiguousStorageIfAvailable(body) { return result }
-        return Array(string.utf8).withUnsafeBufferPointer(body)
     }
 
     /// Whether a byte is written escaped in a JSON string (RFC 8259 §7): `"`, `\` and the control characters. They
