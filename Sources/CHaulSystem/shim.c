@@ -183,39 +183,3 @@ int haul_sqlite_create_unsynced(const char *path, const char *schema) {
     return code;
 }
 
-int haul_mutex_init_spinning(pthread_mutex_t *mutex) {
-#if defined(__GLIBC__)
-    pthread_mutexattr_t attributes;
-    pthread_mutexattr_init(&attributes);
-    pthread_mutexattr_settype(&attributes, PTHREAD_MUTEX_ADAPTIVE_NP);
-    int result = pthread_mutex_init(mutex, &attributes);
-    pthread_mutexattr_destroy(&attributes);
-    return result;
-#else
-    return pthread_mutex_init(mutex, NULL);
-#endif
-}
-
-static inline void haul_cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__) || defined(__arm__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-void haul_mutex_lock_spinning(pthread_mutex_t *mutex) {
-#if defined(__GLIBC__)
-    if (pthread_mutex_trylock(mutex) == 0) {
-        return;
-    }
-    for (int pauses = 0; pauses < HAUL_MUTEX_SPIN_LIMIT; pauses++) {
-        haul_cpu_relax();
-        // Read before trying: a failed try writes the mutex's cache line, which slows its holder's unlock.
-        if (__atomic_load_n(&mutex->__data.__lock, __ATOMIC_RELAXED) == 0 && pthread_mutex_trylock(mutex) == 0) {
-            return;
-        }
-    }
-#endif
-    pthread_mutex_lock(mutex);
-}

@@ -69,9 +69,7 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
         }
     }
 
-    /// The digest of `url`, a zero byte and `destination`, given to the hasher in one piece: each of swift-crypto's
-    /// updates costs about 200 instructions of its own, and a derivation took three (`callgrind`, 2,000 small files:
-    /// 12,000 updates, 2.3 million instructions).
+    /// The digest of `url`, a zero byte and `destination`, given to the hasher in one piece.
     private static func derived(_ url: UnsafeRawBufferPointer, _ destination: UnsafeRawBufferPointer) -> TransferID {
         withUnsafeTemporaryAllocation(byteCount: url.count + 1 + destination.count, alignment: 1) { bytes in
             if let base = url.baseAddress { bytes.baseAddress!.copyMemory(from: base, byteCount: url.count) }
@@ -89,11 +87,8 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
         }
     }
 
-    /// The form `text` is kept in: the number it spells when it is exactly 16 lower-case hex digits.
-    ///
-    /// Read through the text's contiguous UTF-8 (`withUTF8`): through `String.UTF8View`'s iterator, each of the
-    /// sixteen bytes was a call into the string's storage, about 700 instructions an identifier (`callgrind`), and the
-    /// store's writer reads one for every row it inserts.
+    /// The form `text` is kept in: the number it spells when it is exactly 16 lower-case hex digits. Read through the
+    /// text's contiguous UTF-8 (`withUTF8`).
     private static func storage(of text: String) -> Storage {
         guard text.utf8.count == 16 else { return .text(text) }
         var copy = text
@@ -126,31 +121,6 @@ public struct TransferID: Hashable, Sendable, CustomStringConvertible, Expressib
         }
     }
 
-    /// The hash a `Dictionary` or a `Set` files the identifier under: the number mixed with the table's seed, or the
-    /// text's own hash, in one call. The default made a `Hasher`, fed it the form and the number, and finished it:
-    /// about 200 instructions of the 280 each look-up took, on the 43 look-ups a small file's transfer makes
-    /// (`callgrind`, 2,000 × 16 KiB: 27 million instructions, 4 % of the run); the number's own one-shot SipHash still
-    /// took about 100 (7.6 million). Equal identifiers have the same form, so they hash alike.
-    public func _rawHashValue(seed: Int) -> Int {
-        switch self.storage {
-        case .hex(let value): Self.mix(value, seed: seed)
-        case .text(let text): text._rawHashValue(seed: seed)
-        }
-    }
-
-    /// `value` and `seed` mixed by MurmurHash3's 64-bit finalizer: every bit of the number moves every bit of the hash,
-    /// so consecutive numbers (identifiers a caller chose) spread over a table as a derived one's digest does, in
-    /// five operations. Not keyed against an adversary, which a transfer's own caller is not.
-    static func mix(_ value: UInt64, seed: Int) -> Int {
-        var bits = value ^ UInt64(UInt(bitPattern: seed))
-        bits ^= bits >> 33
-        bits &*= 0xff51_afd7_ed55_8ccd
-        bits ^= bits >> 33
-        bits &*= 0xc4ce_b9fe_1a85_ec53
-        bits ^= bits >> 33
-        return Int(truncatingIfNeeded: bits)
-    }
-
     public init(from decoder: any Decoder) throws {
         self.init(try decoder.singleValueContainer().decode(String.self))
     }
@@ -168,9 +138,6 @@ public struct BatchID: Hashable, Sendable, CustomStringConvertible {
     /// Creates an identifier.
     public init(_ rawValue: Int) { self.rawValue = rawValue }
     public var description: String { String(self.rawValue) }
-
-    /// The number mixed with the table's seed, in one call (see ``TransferID/_rawHashValue(seed:)``).
-    public func _rawHashValue(seed: Int) -> Int { TransferID.mix(UInt64(UInt(bitPattern: self.rawValue)), seed: seed) }
 }
 
 extension String {

@@ -16,10 +16,9 @@ extension TransferManager {
         /// progress bar, cheap for thousands of files. The last progress of a transfer is always reported.
         public var progressInterval: Duration = .milliseconds(100)
         /// How long events may wait so that they reach the event streams (``Batch/events(_:)``,
-        /// ``TransferManager/events()``) together. Default 10 ms: below what a person or a progress bar notices. Each
-        /// event handed over alone wakes the task reading its stream; on 2,000 files of 16 KiB, `haul get` spent a
-        /// quarter of its time on those wake-ups. A batch's last events and its `finished` event are handed over at
-        /// once. Zero hands every event over as it happens.
+        /// ``TransferManager/events()``) together. Default 10 ms: below what a person or a progress bar notices, and each
+        /// event handed over alone wakes the task reading its stream. A batch's last events and its `finished` event are
+        /// handed over at once. Zero hands every event over as it happens.
         public var eventDeliveryInterval: Duration = .milliseconds(10)
         /// How files downloaded into a folder are named, unless a request says otherwise. Default: the URL's last
         /// path component, as curl `-O` and wget do.
@@ -91,17 +90,15 @@ extension TransferManager {
         /// completed and is unchanged. Default `nil`: the library never writes outside the destination unasked.
         public var store: TransferStore? = nil
         /// Whether a new file of known length up to 1 MiB is written without a name (Linux's `O_TMPFILE`) and named once,
-        /// when published, rather than under its `.part` name and then renamed: one change to the folder per file
-        /// instead of two (ext4, 2,000 files of 16 KiB: 128.5 → 119.3 ms without a store, 157.8 → 150.2 ms with one).
-        /// A killed process loses such a file's bytes, at most 1 MiB each; an attempt that ends otherwise leaves them
+        /// when published, rather than under its `.part` name and then renamed: one change to the folder per file instead of
+        /// two. A killed process loses such a file's bytes, at most 1 MiB each; an attempt that ends otherwise leaves them
         /// under the `.part` name for its retry. Elsewhere than Linux, and where the file system cannot, the `.part`
         /// file is used.
         ///
-        /// Default `nil`: only without a store. With one, each file stays open until its completion is committed,
-        /// about a hundred at once, which takes the process past 64 descriptors; Linux then grows the process's table
-        /// of descriptors, and with several threads running each growth stops the thread for an RCU grace period
-        /// (the small batch above took 111 → 130 ms). A program that grew its table first
-        /// (``TransferManager/reserveFileDescriptors(_:)``) sets `true`, as the `haul` command does.
+        /// Default `nil`: only without a store. With one, each file stays open until its completion is committed, which can
+        /// take the process past 64 descriptors; Linux then grows the process's table of descriptors, stopping the thread
+        /// for an RCU grace period. A program that grew its table first (``TransferManager/reserveFileDescriptors(_:)``)
+        /// sets `true`, as the `haul` command does.
         public var writesSmallFilesUnnamed: Bool? = nil
         /// Hooks around each attempt (HWIFileDownload's delegate methods); none by default.
         public var hooks = Hooks()

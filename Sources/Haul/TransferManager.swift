@@ -21,12 +21,8 @@ public final class TransferManager: Sendable {
     /// How this manager runs its transfers.
     public let configuration: Configuration
     let transport: HTTPTransport
-    /// The manager's state. Every download takes its lock five times (planned, started, answered, off the network,
-    /// ended), for a few microseconds each, from the event loops: with a plain mutex a contended acquisition put its
-    /// thread to sleep in the kernel and the holder woke it. Spinning first (``SpinningLockedBox``), on 2,000 small
-    /// files: first as glibc's adaptive mutex spins, 30 % fewer futex calls, context switches 4,154 → 3,814, CPU
-    /// 213.1 → 207.4 ms (24 runs each); then spinning ten times longer, wall time 0.879 of that.
-    let core: SpinningLockedBox<Core>
+    /// The manager's state, behind its lock.
+    let core: NIOLockedValueBox<Core>
     let storeWriter: StoreWriter?
     /// The renames of finished files when there is no store, one at a time (with a store, its commits hand them
     /// over one at a time: ``StoreWriter``).
@@ -54,7 +50,7 @@ public final class TransferManager: Sendable {
         let eventClock =
             configuration.eventDeliveryInterval > .zero
             ? EventDeliveryClock(interval: configuration.eventDeliveryInterval, group: client.eventLoopGroup) : nil
-        self.core = SpinningLockedBox(
+        self.core = NIOLockedValueBox(
             Core(
                 configuration: configuration,
                 deliveries: deliveryContinuation,
@@ -335,7 +331,7 @@ public final class TransferManager: Sendable {
             }
         }
         // Added a slice at a time, as `haul get -i` adds a list: the first transfers start after the first slice's
-        // look-up in the store, not after every row's (2,000 rows: about 30 ms before the first request).
+        // look-up in the store, not after every row's.
         let batch = try self.makeBatch(storedID: id)
         if let events { _ = batch.events(events) }
         batch.expectItems(requests.count)
@@ -363,11 +359,9 @@ public final class TransferManager: Sendable {
     /// `stat` or two for each of them.
     ///
     /// A store just created holds no transfers: nothing is read on the way to the first request. Otherwise each
-    /// request's row is looked for (a probe of the index, about 2 µs for one that is not there) until as many
-    /// requests have been as the store held rows; then the store's identifiers are read once, and a request that
-    /// neither the store knew then nor this manager has met costs no database read (most of a long list). Reading
-    /// them at the first request cost 47 ms before it on a store of 360,000 transfers, for a batch of 2,000; a long
-    /// list on a small store reads them soon. A row another process adds after they are read is not looked up; that
+    /// request's row is looked for until as many requests have been as the store held rows; then the store's
+    /// identifiers are read once, and a request that neither the store knew then nor this manager has met costs no
+    /// database read (most of a long list). A row another process adds after they are read is not looked up; that
     /// process's lease keeps the two from downloading the same file at once, and its completion is found at the claim.
     func lookUp(_ requests: [TransferRequest]) -> [Persisted?] {
         guard let store = self.configuration.store else { return Array(repeating: nil, count: requests.count) }
@@ -619,10 +613,8 @@ extension TransferManager {
     ///
     /// Linux grows the table by doubling it when a descriptor past its end is opened; in a process with several threads,
     /// each doubling waits for an RCU grace period, and the thread opening the descriptor waits with it. A batch may pass
-    /// 64 and 128 descriptors at once (connections, files being written, files waiting for their completion's commit),
-    /// on the event loops: 2,000 files of 16 KiB with a store and `-j 64` took 132.9 → 118.9 ms on tmpfs with the
-    /// table grown beforehand (at `-j 16` a batch stays under 64 and nothing changes). Nothing else changes; the slots
-    /// cost a few KiB.
+    /// 64 and 128 descriptors at once (connections, files being written, files waiting for their completion's commit).
+    /// Nothing else changes; the slots cost a few KiB.
     ///
     /// - Returns: how many slots were reserved (fewer than `count` when the descriptor limit is lower), or `nil`.
     @discardableResult
@@ -633,9 +625,8 @@ extension TransferManager {
 
     /// Starts the event loops that managers share (SwiftNIO's, or Network.framework's on Apple platforms) in the
     /// background, and returns at once: a program that will soon make a manager calls it early (the `haul` command,
-    /// before it parses its arguments), so that the manager does not wait for them. Starting them waits until each
-    /// loop's thread runs: about 0.9 ms here, paid before the first request otherwise. The loops started are the ones
-    /// every manager uses; calling it again does nothing more.
+    /// before it parses its arguments), so that the manager does not wait for the loops' threads to start. Calling it
+    /// again does nothing more.
     public static func startEventLoops() {
         Task.detached(priority: .high) { _ = HTTPClient.defaultEventLoopGroup }
     }

@@ -79,8 +79,7 @@ public struct TransferRequest: Sendable {
 
 extension TransferRequest.Destination {
     /// The destination's path, as used in the derived identifier. The last folder's and the last file's are kept: the
-    /// requests of a list share their folder, and a URL's path cost about 4,800 instructions a request (`callgrind`,
-    /// 2,000 URLs).
+    /// requests of a list share their folder.
     var path: String {
         switch self {
         case .folder(let url):

@@ -32,16 +32,10 @@ struct HaulCommand: AsyncParsableCommand {
 
     /// `haul get`'s arguments parsed as a command of their own, when they parse and pass validation; `nil` for
     /// any other command, and for anything that is not a plain `get` to run: a help or version request, a completion
-    /// script's, a parse or validation error. Those go through ``main(_:)`` from the root as before, so what they
-    /// print is unchanged.
-    ///
-    /// Parsed from the root, a `get` cost about a quarter of the instructions of a run over 200 files of 1 MiB
-    /// (`callgrind`): ArgumentParser builds the argument sets of the root and then of `get` by reflection, and before
-    /// either looks for a request for a completion script by parsing the arguments twice more, as the arguments of
-    /// its own completion commands. Parsed alone, `get` is built once: a one-file run takes 55.3 → 49.1 million
-    /// instructions, one over 200 files of 1 MiB 0.962 of them. ``Get``'s configuration names `haul` as its
-    /// super-command, which keeps that parse from looking for a completion script (a super-command's pseudo-command
-    /// has none, so `--generate-completion-script` is an unknown option there and goes to the root).
+    /// script's, a parse or validation error. Those go through ``main(_:)`` from the root, so what they print is
+    /// unchanged. Parsed from the root, ArgumentParser builds the argument sets of every command by reflection and parses
+    /// the arguments twice more looking for a completion-script request; parsed alone, `get` is built once. ``Get``'s
+    /// configuration names `haul` as its super-command, which keeps that parse from looking for a completion script.
     static func parsedGet(_ arguments: [String]) -> Get? {
         guard arguments.count > 1, arguments[1] == "get" else { return nil }
         return try? Get.parse(Array(arguments.dropFirst(2)))

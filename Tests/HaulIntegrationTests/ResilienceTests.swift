@@ -86,6 +86,20 @@ struct ResilienceTests {
         events.compactMap { if case .restarted(let reason) = $0 { reason } else { nil } }
     }
 
+    // MARK: Timeouts
+
+    @Test func aBandwidthLimitsOwnWaitsAreNotCountedAsTheServersSilence() async throws {
+        // 40 KB at 2 KiB/s takes about 20 s, four times the idle timeout, nearly all of it in our own waits.
+        let body = FaultInjectingServer.body(size: 40_000, seed: 12)
+        var configuration = TransferManager.Configuration.retrying(attempts: 3, idleTimeout: .seconds(5))
+        configuration.bandwidthLimit = 2_048
+        let result = try await self.fetch(.init(body: body), configuration: configuration)
+        #expect(result.report.completed.count == 1)
+        #expect(result.report.items.map(\.attempts) == [1])
+        #expect(result.requests.count == 1)
+        #expect(result.file == body)
+    }
+
     // MARK: Retries
 
     @Test func retriesTransientStatusesAndCompletes() async throws {

@@ -129,7 +129,21 @@ struct TransferControlTests {
         }
     }
 
-    @Test func aFileLargerThanTheRoomLeftOnDiskFailsBeforeItsBodyAndLeavesNothingWhileTheRestComplete() async throws {
+    /// Whether files in the temporary folder get their blocks reserved: not on tmpfs, nor where `fallocate` fails.
+    static let temporaryFolderReservesBlocks: Bool = {
+        let path = FileManager.default.temporaryDirectory.appending(path: "haul-probe-\(UUID().uuidString)").path
+        defer { PartialFile.remove(path) }
+        guard let file = try? PartialFile(openingAt: path) else { return false }
+        return (try? file.reserve(toLength: 4 << 20)) ?? false
+    }()
+
+    @Test(
+        .enabled(
+            if: TransferControlTests.temporaryFolderReservesBlocks,
+            "the temporary folder's file system reserves no blocks (tmpfs, or no fallocate): the disk is never asked"
+        )
+    )
+    func aFileLargerThanTheRoomLeftOnDiskFailsBeforeItsBodyAndLeavesNothingWhileTheRestComplete() async throws {
         let resources: [String: FaultInjectingServer.Resource] = [
             // A petabyte announced: more than any disk this runs on has free.
             "/huge": .init(body: Self.slowBody, faults: [.announceLength(1 << 50)]),
@@ -137,11 +151,6 @@ struct TransferControlTests {
         ]
         try await FaultInjectingServer.withServer(resources: resources) { server in
             try await withTemporaryDirectory { folder in
-                let probe = folder.appending(path: "probe").path
-                let reserves = try PartialFile(openingAt: probe).reserve(toLength: 4 << 20)
-                PartialFile.remove(probe)
-                // Where nothing is reserved (tmpfs, or a file system that cannot), the disk is not asked either.
-                guard reserves else { return }
                 let report = try await TransferManager.withTransferManager(configuration: .testing()) { manager in
                     try await manager.download([server.url("/huge"), server.url("/fine")], into: folder)
                 }

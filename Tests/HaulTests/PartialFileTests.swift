@@ -275,12 +275,25 @@ struct PartialFileTests {
         #expect(try Self.onDisk(URL(filePath: path)) == Self.bytes(1_500))
     }
 
-    @Test func aFileLargerThanTheRoomLeftIsRefusedAndHoldsNoBlockAfterwards() throws {
+    /// Whether files in the temporary folder get their blocks reserved: not on tmpfs, nor where `fallocate` fails.
+    static let temporaryFolderReservesBlocks: Bool = {
+        let path = FileManager.default.temporaryDirectory.appending(path: "haul-probe-\(UUID().uuidString)").path
+        defer { PartialFile.remove(path) }
+        guard let file = try? PartialFile(openingAt: path) else { return false }
+        return (try? file.reserve(toLength: 4 << 20)) ?? false
+    }()
+
+    @Test(
+        .enabled(
+            if: PartialFileTests.temporaryFolderReservesBlocks,
+            "the temporary folder's file system reserves no blocks (tmpfs, or no fallocate)"
+        )
+    )
+    func aFileLargerThanTheRoomLeftIsRefusedAndHoldsNoBlockAfterwards() throws {
         let folder = try Folder()
         let path = folder.url.appending(path: "f.part").path
         let file = try PartialFile(openingAt: path)
-        // Where nothing is reserved (tmpfs, or a file system that cannot), nothing is refused either.
-        guard try file.reserve(toLength: 4 << 20) else { return }
+        #expect(try file.reserve(toLength: 4 << 20))
         #expect(throws: HaulError.self) { try file.reserve(toLength: 1 << 50) }
         var status = stat()
         #expect(stat(path, &status) == 0)
@@ -289,9 +302,14 @@ struct PartialFileTests {
     }
 
     #if os(Linux)
-    @Test func onTmpfsNothingIsReservedAsTheWritesWouldAllocateThePagesTwice() throws {
+    /// Whether `/dev/shm` is a tmpfs, as on most Linux systems.
+    static let sharedMemoryIsTmpfs: Bool = {
         let mounts = (try? String(contentsOfFile: "/proc/mounts", encoding: .utf8)) ?? ""
-        guard mounts.split(separator: "\n").contains(where: { $0.hasPrefix("tmpfs /dev/shm tmpfs ") }) else { return }
+        return mounts.split(separator: "\n").contains(where: { $0.hasPrefix("tmpfs /dev/shm tmpfs ") })
+    }()
+
+    @Test(.enabled(if: PartialFileTests.sharedMemoryIsTmpfs, "/dev/shm is not a tmpfs here"))
+    func onTmpfsNothingIsReservedAsTheWritesWouldAllocateThePagesTwice() throws {
         let path = "/dev/shm/haul-reserve-\(UUID().uuidString)"
         defer { unlink(path) }
         let file = try PartialFile(openingAt: path)

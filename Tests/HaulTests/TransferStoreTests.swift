@@ -900,8 +900,7 @@ struct TransferStoreTests {
     @Test func publishingRecordsThatArriveWithinTheWaitShareATransactionAndAreWrittenWhenTheirWaitEnds() async throws {
         let store = try TransferStore()
         let batch = try store.createBatch()
-        // A wait of 3 s: the records arrive over 80 ms, but among the whole suite's parallel tests a loaded machine
-        // once took longer than a wait of 300 ms to wake them all.
+        // A wait of 3 s: the records arrive over 80 ms, and a loaded machine has taken longer than 300 ms to wake them.
         let writer = StoreWriter(store: store, publishingLinger: .seconds(3))
         let ids = (0..<16).map { "f\($0)" }
         for (position, id) in ids.enumerated() {

@@ -9,29 +9,26 @@ import NIOPosix
 // (HTTP/1.1, no decompression, the read timeout, no request spans), with the same number of requests in flight. It
 // answers "how much of Haul's time is the HTTP client's, and how much Haul's own" on the same corpus and machine.
 //
-//     swift build -c release --product haul-http-floor
-//     .build/release/haul-http-floor MODE LIST [FOLDER] [-j N]
+//     swift build -c release --package-path Benchmarks --product haul-http-floor
+//     Benchmarks/.build/release/haul-http-floor MODE LIST [FOLDER] [-j N]
 //
 // MODE:
 //   http        `execute(_:deadline:)` and the body iterated, bytes dropped (Haul's way of calling the client)
 //   http-files  the same, each body written to FOLDER: created, written at explicit offsets, closed, renamed
-//   delegate    the client's delegate API, the body handed to an async consumer through a small bridge (no
-//               per-request timer: `execute(_:deadline:)` schedules and cancels one on an event loop per request)
-//   delegate-files  the delegate API writing each body to FOLDER on the event loop as it arrives; the task waits
-//               once per file, for the request's future
+//   delegate    the client's delegate API, the body handed to an async consumer through a small bridge
+//   delegate-files  the delegate API writing each body to FOLDER on the event loop as it arrives
 //
 // and, without AsyncHTTPClient (the floor under any HTTP/1.1 client on SwiftNIO; http URLs of one origin):
-//   nio              SwiftNIO's HTTP/1.1 codec on N keep-alive connections, each asking for the next URL when a
-//                    response ends, all on the event loops (no Swift concurrency), bytes dropped
+//   nio              SwiftNIO's HTTP/1.1 codec on N keep-alive connections, all on the event loops, bytes dropped
 //   nio-files        the same, each body written as `http-files` writes it, on the event loop
 //   nio-async        one task per connection through `NIOAsyncChannel` (the hand-offs a transfer task has)
 //   nio-async-files  the same, each body written from its task
 //
-// `--task-per-request` (the client's modes): instead of N tasks that each fetch URL after URL, a detached task per
-// URL, N at a time, each ending one starting the next (as Haul's manager runs a task per transfer).
+// `--task-per-request` (the client's modes): a detached task per URL, N at a time, as Haul's manager runs a task per
+// transfer, instead of N tasks that each fetch URL after URL.
 //
 // Prints one line: the mode, wall seconds, CPU milliseconds (user + system, `getrusage`), requests and bytes.
-// Not part of `swift test`; see docs/benchmarks.md for what it measured.
+// See docs/performance.md.
 
 /// A response delegate whose head and body parts an async caller awaits, with backpressure: the client stops
 /// reading while four parts wait.
@@ -451,8 +448,7 @@ func fetch(_ url: String, index: Int, mode: Mode, client: HTTPClient, folder: St
         try file.finish()
     case .delegate:
         let bridge = AsyncBodyBridge()
-        // The bridge hears the end and any error itself; awaiting the task's future as well costs another hand-off
-        // per request (118 against 105 ms on 2,000 small files).
+        // The bridge hears the end and any error itself; awaiting the task's future too would add a hand-off per request.
         _ = client.execute(request: try HTTPClient.Request(url: url), delegate: bridge)
         let head = try await bridge.head()
         guard head.status == .ok else { throw HTTPFloorError("\(url): \(head.status)") }

@@ -1,8 +1,6 @@
 #ifndef C_HAUL_SYSTEM_H
 #define C_HAUL_SYSTEM_H
 
-#include <pthread.h>
-
 /// Renames `from` to `to` unless `to` exists, in one atomic call: `renameat2(RENAME_NOREPLACE)` on Linux,
 /// `renamex_np(RENAME_EXCL)` on Darwin. Returns 0, or -1 with errno set: EEXIST when `to` exists, ENOTSUP when the
 /// system or file system cannot do it (the caller then falls back to link and unlink).
@@ -17,9 +15,8 @@ int haul_open_unnamed(const char *dir, int mode);
 /// Gives the file open on `fd` (opened by haul_open_unnamed) the name `path`, which must not exist: `linkat` of the
 /// descriptor itself (AT_EMPTY_PATH: Linux 6.10 and later allow it for a descriptor the process opened, earlier ones
 /// only with CAP_DAC_READ_SEARCH), else of its `/proc/self/fd/N` path (haul_link_descriptor_through_proc), which the
-/// process then uses from that refusal on. The descriptor itself takes 3.1 µs on tmpfs, its /proc path 5.3 µs (the
-/// path is resolved through /proc). Returns 0, or -1 with errno set: EEXIST when `path` exists, ENOENT when its folder
-/// is missing.
+/// process then uses from that refusal on. Returns 0, or -1 with errno set: EEXIST when `path` exists, ENOENT when its
+/// folder is missing.
 int haul_link_descriptor(int fd, const char *path);
 
 /// haul_link_descriptor through `/proc/self/fd/N` only (`linkat` with AT_SYMLINK_FOLLOW): for kernels that refuse
@@ -62,20 +59,5 @@ int haul_sqlite_disable_memory_statistics(void);
 /// `COMMIT`): after a statement that fails, closing rolls the open transaction back. Returns SQLite's result code:
 /// SQLITE_CANTOPEN when the file exists or cannot be created; the file stays when `schema` fails.
 int haul_sqlite_create_unsynced(const char *path, const char *schema);
-
-/// Initialises `mutex` as a mutex whose contended lock spins for a while before it sleeps in the kernel: glibc's
-/// adaptive mutex (PTHREAD_MUTEX_ADAPTIVE_NP, a GNU extension Swift's Glibc module does not show); elsewhere a
-/// default mutex. Returns pthread_mutex_init's result.
-int haul_mutex_init_spinning(pthread_mutex_t *mutex);
-
-/// How many times haul_mutex_lock_spinning pauses the processor (x86's `pause`, ARM's `yield`) at most, looking at the
-/// mutex after each, before it sleeps in the kernel.
-#define HAUL_MUTEX_SPIN_LIMIT 1000
-
-/// Locks `mutex` (made by haul_mutex_init_spinning): at once when it is free; while another thread holds it, watches
-/// it for up to HAUL_MUTEX_SPIN_LIMIT pauses and takes it as it comes free; after those, sleeps in the kernel as
-/// pthread_mutex_lock does. glibc's adaptive mutex alone spins 100 pauses at most: too few for the manager's lock
-/// (see SpinningLockedBox). Elsewhere than glibc, pthread_mutex_lock.
-void haul_mutex_lock_spinning(pthread_mutex_t *mutex);
 
 #endif

@@ -14,21 +14,13 @@ import Darwin
 /// A download's temporary file: written at explicit offsets in batches, then moved into place.
 ///
 /// It is opened without following a symbolic link at its own path, so a link planted where the `.part` file goes
-/// cannot redirect the write. Writes are gathered to ``batchSize`` (256 KiB) before they reach the kernel: fewer,
-/// larger writes cost less CPU than one per network read. The gathered buffers are the HTTP client's own, written
-/// together with one `pwritev`: no copy into a buffer of ours, and no 256 KiB buffer for a 16 KiB file.
+/// cannot redirect the write. Writes are gathered to ``batchSize`` (256 KiB) before they reach the kernel, with one
+/// `pwritev` of the HTTP client's own buffers: fewer, larger writes, and no copy.
 ///
 /// On Linux, a new file of known length up to ``unnamedLimit`` may be made without a name
-/// (``init(unnamedIn:partPath:)``) and named once, when it is published: one directory change per file instead of two
-/// (the `.part` name's creation, then the rename). An attempt that ends before publishing names it at ``path``
-/// (``nameAtPartPath()``), so a retry in the same process resumes from it as usual; a killed process loses it, which
-/// costs nothing without a store (a new process has no validator to resume a `.part` file with: it starts it over). By
-/// default only a manager without a store makes files so: there, 2,000 files of 16 KiB on ext4 took 128.5 → 119.3 ms
-/// (system CPU 133 → 109 ms; tmpfs and 1 MiB files unchanged). With a store, each file waits for its completion's
-/// commit before it is named, so about a hundred files stay open through that wait: the process passes 64 descriptors,
-/// and Linux grows its table of them while other threads run, which waits for an RCU grace period (tmpfs: 111 → 130 ms,
-/// the cores idle). With the table grown beforehand (``TransferManager/reserveFileDescriptors(_:)``) that wait is gone,
-/// and files without a name gained on ext4 with a store too (157.8 → 150.2 ms, tmpfs unchanged). Who decides:
+/// (``init(unnamedIn:partPath:)``) and named once, when it is published: one directory change per file instead of two.
+/// An attempt that ends before publishing names it at ``path`` (``nameAtPartPath()``), so a retry in the same process
+/// resumes from it as usual; a killed process loses it. Who decides:
 /// ``TransferManager/Configuration/writesSmallFilesUnnamed``.
 package struct PartialFile: ~Copyable {
     /// The largest file made without a name: what a killed process may lose of each file it was downloading.
@@ -113,11 +105,8 @@ package struct PartialFile: ~Copyable {
 
     /// Reserves the disk blocks for the rest of a file of `length` bytes, from what it holds now, without changing its
     /// size (what it holds is still where a resumed attempt starts); best effort, save a lack of room (below). Only
-    /// for at least ``reservationMinimum`` bytes more, and not on tmpfs. On ext4 the writes then go into blocks
-    /// allocated in one call instead of each page reserving its block as it is written: 1 GiB in 256 KiB writes took
-    /// 0.170 → 0.100 s, 200 files of 1 MiB 37 → 26 ms (a C loop, page cache only); 16 KiB and 64 KiB files gained
-    /// nothing, and on tmpfs, where reserving allocates and zeroes pages that the writes fill again, 2 GiB took 0.62 →
-    /// 0.66 s.
+    /// for at least ``reservationMinimum`` bytes more, and not on tmpfs (where reserving allocates and zeroes pages).
+    /// Large files then get their blocks in one call instead of one per page written.
     ///
     /// A file larger than the room left on its file system fails here, before its body is received, rather than
     /// after it has filled the disk.

@@ -7,47 +7,28 @@ import NIOPosix
 
 /// Haul's own connections for plain-http downloads: SwiftNIO's HTTP/1.1 codec on keep-alive connections, one
 /// exchange at a time each (``HTTP1ConnectionHandler``), kept per origin between downloads. https, uploads and
-/// deletions go through AsyncHTTPClient (``HTTPTransport``).
-///
-/// Why a client of our own for these: on many small files the transfers' wall time was mostly the HTTP client's.
-/// AsyncHTTPClient alone, fetching and writing 2,000 files of 16 KiB, took 1.13× curl's time; SwiftNIO's codec on
-/// keep-alive connections, each file's work on its connection's event loop, 0.84× (`haul-http-floor`, see
-/// docs/benchmarks.md). The client's request path (its pool's state machine, a read-timeout timer rescheduled on every
-/// read, the URL parsed again, its connection's logger) costs more per request than fetching a small file does.
+/// deletions go through AsyncHTTPClient (``HTTPTransport``). It exists because AsyncHTTPClient's per-request path
+/// costs more than fetching a small file does (docs/performance.md).
 ///
 /// What it does as the client did for downloads: the connect timeout; the read timeout (a response silent for
 /// ``TransferManager/Configuration/idleTimeout``, before its head or during its body, fails with the client's
 /// `readTimeout`; an idle connection in the pool closes after as long); reads that grow on fast bodies, here to
 /// 256 KiB (``readSizeLimit``); a request sent again once on a new connection when a kept-alive
 /// one turns out closed before any of the response arrived (a GET changes nothing on the server); the client's errors
-/// for the same failures. Redirects are ``HTTPTransport``'s, as before.
+/// for the same failures. Redirects are ``HTTPTransport``'s.
 final class ConnectionPool: Sendable {
     /// Where a connection goes: the host (lower-cased) and port of an http URL.
     struct Origin: Hashable, Sendable {
         /// Lower-cased; an IPv6 address without its brackets.
         let host: String
         let port: Int
-        /// Host and port hashed once, when the origin is made: each request looks its origin up twice in the
-        /// pool's dictionary (to take an idle connection, and to give it back), and hashing the host's text there
-        /// took about 1,000 instructions a look-up (`callgrind`).
-        private let digest: Int
 
         init(_ url: URL) {
             var host = (url.host ?? "").lowercased()
             if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
             self.host = host
             self.port = url.port ?? 80
-            var hasher = Hasher()
-            hasher.combine(self.host)
-            hasher.combine(self.port)
-            self.digest = hasher.finalize()
         }
-
-        static func == (a: Origin, b: Origin) -> Bool { a.port == b.port && a.host == b.host }
-
-        func hash(into hasher: inout Hasher) { hasher.combine(self.digest) }
-
-        func _rawHashValue(seed: Int) -> Int { self.digest._rawHashValue(seed: seed) }
     }
 
     /// The origin of the last URL asked about, or `nil` when these connections do not take it (``origin(of:)``).
@@ -61,14 +42,8 @@ final class ConnectionPool: Sendable {
     private let connectTimeout: TimeAmount
     private let idleTimeout: TimeAmount
     private let readSize: Int
-    /// The most one of these connections reads at once: 256 KiB. Each read is copied into the page cache right
-    /// after it arrives, and a smaller buffer is still in the processor's cache for that second copy; the 1 MiB that
-    /// AsyncHTTPClient's connections read (measured when it carried every download) cost more CPU here and gained no
-    /// time. A throwaway build that took the limit from the environment, ext4, `sync` before each run, store on
-    /// (medians, wall / CPU seconds): 200 files of 1 MiB, 16 rounds, 0.215 / 0.260 with 1 MiB against 0.200 / 0.240
-    /// with 256 KiB (peak memory 54 → 40 MiB); two files of 1 GiB, 14 rounds, 1.530 / 1.42 against 1.530 / 1.31; one
-    /// file of 1 GiB, 8 rounds, 0.745 / 0.605 against 0.695 / 0.540. 128 KiB cost more CPU on both (one file 0.700,
-    /// medium 0.305 against 0.605 and 0.285 in that round), 512 KiB sat between.
+    /// The most one of these connections reads at once: 256 KiB, small enough to stay in the processor's cache for
+    /// the copy into the page cache that follows each read.
     static let readSizeLimit = 256 * 1024
     /// How many idle connections are kept over all origins: as many as transfers may run at once. A longer list of
     /// hosts would otherwise keep a socket open to each for the idle timeout (a thousand hosts, a thousand file
@@ -135,8 +110,7 @@ final class ConnectionPool: Sendable {
     }
 
     /// The origin of a URL of the kind these connections take (``handles(_:)-swift.type.method``), `nil` for any other
-    /// URL; worked out once for a run of URLs with the same scheme and authority (each request asks three times:
-    /// about 5,000 instructions a request from `URL`'s getters, `callgrind`).
+    /// URL; worked out once for a run of URLs with the same scheme and authority.
     func origin(of url: URL) -> Origin? {
         self.lastOrigin.withLockedValue { $0.value(of: url) { Self.handles($0) ? Origin($0) : nil } }
     }
@@ -215,9 +189,7 @@ final class ConnectionPool: Sendable {
             throw HaulError(.invalidRequest, "The URL's path or query cannot be sent as it is: \(url.absoluteString)")
         }
         try RequestCheck.checkFields(headers)
-        // Gathered, then handed over at once: `HTTPHeaders.add` checked each name for non-ASCII bytes through a generic
-        // search (every name here is a checked token), and the search for a `Host` field lowercased each name into a
-        // new string; 2,400 instructions a request (`callgrind`, 2,000 small files).
+        // Gathered, then handed over at once: every name here is a checked token already.
         var fields: [(String, String)] = []
         fields.reserveCapacity(headers.count + 1)
         let namesHost = headers.contains { field in
@@ -279,12 +251,11 @@ final class ConnectionPool: Sendable {
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    // Haul's request encoder (in the connection's handler) and response decoder in place of
-                    // SwiftNIO's, and no validator: ``requestHead(_:origin:headers:)`` checks each request as it is
-                    // made (the validator looked at it again in the pipeline, about 4,500 instructions a request).
-                    // The decoder hands its parts to the connection's handler directly (``HTTP1ResponsePartSink``),
-                    // so the read timeout watches the bytes as they are read, ahead of it.
-                    let connection = HTTP1ConnectionHandler(pool: self, origin: origin)
+                    // Haul's request encoder (in the connection's handler) and response decoder, and no validator:
+                    // ``requestHead(_:origin:headers:)`` checks each request as it is made. The decoder hands its parts to the
+                    // connection's handler directly (``HTTP1ResponsePartSink``), so the read timeout watches the bytes as they are
+                    // read, ahead of it.
+                    let connection = HTTP1ConnectionHandler(pool: self, origin: origin, idleTimeout: idleTimeout)
                     try pipeline.addHandler(IdleStateHandler(readTimeout: idleTimeout))
                     try pipeline.addHandler(HTTP1ResponseHandler(oneRequestAtATime: true, sink: connection))
                     try pipeline.addHandler(connection)

@@ -76,17 +76,23 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
     /// The response's end, arrived while body parts wait: the exchange ends when they are through (as
     /// AsyncHTTPClient's delegate contract has it), so that the bandwidth limits' last wait is served.
     private var endPending = false
+    /// The read timeout, which counts the server's silence only: time spent in our own waits (while body parts
+    /// wait) does not count, and after one the server has the whole timeout again.
+    private let idleTimeout: TimeAmount
+    /// When our last wait ended, and whether any of the response has arrived since.
+    private var waitEndedAt: NIODeadline?
+    private var receivedSinceWait = false
 
-    /// Writes each request's head. Here, not as a handler of its own in the pipeline: there each request part was
-    /// wrapped in `NIOAny` and cast back from `Any` (about 475 instructions a part, two a request; `callgrind`).
+    /// Writes each request's head; here rather than as a handler of its own, so a request is not wrapped in `NIOAny`.
     private let encoder = HTTP1RequestEncoder()
     /// This handler's place in its pipeline, for the parts its connection's decoder hands over directly
     /// (``HTTP1ResponsePartSink``); `nil` outside a pipeline.
     private var context: ChannelHandlerContext?
 
-    init(pool: ConnectionPool, origin: ConnectionPool.Origin) {
+    init(pool: ConnectionPool, origin: ConnectionPool.Origin, idleTimeout: TimeAmount) {
         self.pool = pool
         self.origin = origin
+        self.idleTimeout = idleTimeout
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -103,6 +109,7 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
         switch self.machine.requestStarted() {
         case .sendRequest:
             self.exchange = exchange
+            self.waitEndedAt = nil
             // The head is the whole request (a GET). No promise: a write that fails closes the channel, and its
             // close ends the exchange (``channelInactive(context:)``).
             let head = self.encoder.encode(exchange.request, allocator: context.channel.allocator)
@@ -116,6 +123,7 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
 
     func received(_ part: HTTPClientResponsePart) {
         guard let context = self.context else { return }
+        self.receivedSinceWait = true
         switch part {
         case .head(let head):
             let action = self.machine.headReceived(keepAlive: HTTP1ResponseDecoder.keepsAlive(head))
@@ -133,6 +141,10 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
             self.bodyPartsWaiting += 1
             wait.assumeIsolated().whenComplete { result in
                 self.bodyPartsWaiting -= 1
+                if self.bodyPartsWaiting == 0 {
+                    self.waitEndedAt = .now()
+                    self.receivedSinceWait = false
+                }
                 if case .failure(let error) = result, self.exchange === exchange {
                     return self.perform(self.machine.errorOccurred(), context: context, error: error)
                 }
@@ -186,7 +198,7 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
-            self.perform(self.machine.readTimedOut(), context: context, error: nil)
+            self.readIdle(context: context)
         } else if event is HTTP1ResponseHandler.BytesAfterResponse {
             // The server sent more than its last response said: the connection is not used again. An exchange the
             // pool gave it meanwhile has had no answer yet: it is sent again on another connection.
@@ -194,6 +206,22 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
         } else {
             context.fireUserInboundEventTriggered(event)
         }
+    }
+
+    /// No byte has been read for the read timeout: a timeout, unless the reads were held by our own wait.
+    private func readIdle(context: ChannelHandlerContext) {
+        // Reads are held while body parts wait: the silence is ours, not the server's.
+        guard self.bodyPartsWaiting == 0 else { return }
+        if let waitEnded = self.waitEndedAt, !self.receivedSinceWait, waitEnded + self.idleTimeout > .now() {
+            // The silence began in our wait: the server has the whole timeout from the wait's end.
+            let exchange = self.exchange
+            context.eventLoop.assumeIsolated().scheduleTask(deadline: waitEnded + self.idleTimeout) {
+                guard self.exchange === exchange, self.bodyPartsWaiting == 0, !self.receivedSinceWait else { return }
+                self.perform(self.machine.readTimedOut(), context: context, error: nil)
+            }
+            return
+        }
+        self.perform(self.machine.readTimedOut(), context: context, error: nil)
     }
 
     func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {

@@ -8,14 +8,8 @@ import Darwin
 #endif
 
 /// Decodes the responses on Haul's own connections (plain HTTP/1.1, GET requests only) into SwiftNIO's response parts:
-/// a head, the body as slices of what was read (never copied), and an end.
-///
-/// SwiftNIO's `HTTPResponseDecoder` runs llhttp and calls back into Swift for each piece of each field, then builds the
-/// head from a buffer of its own: about 26,000 instructions a response, an eighth of a small file's whole download
-/// (`callgrind`, 2,000 × 16 KiB). Here a head is read once it is complete (its end found with `memchr`, and searched
-/// for once however it trickles in), line by line, straight into the fields. With ``HTTP1ResponseHandler`` in place of
-/// SwiftNIO's `ByteToMessageHandler`, 2,000 small files take 0.955 of the instructions they took
-/// (`instructions.py --runs 3`, without the store; 0.968 with it), 200 × 1 MiB 0.950, one file 0.975.
+/// a head, the body as slices of what was read (never copied), and an end. A head is read once it is complete, line
+/// by line, straight into the fields.
 ///
 /// What it accepts and refuses, after RFC 9112:
 /// - lines end in CRLF or a bare LF; a field line that starts with a space or a tab continues the one before
@@ -331,10 +325,6 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
     /// Whether `head` lets its connection carry another exchange: SwiftNIO's rule (`HTTPResponseHead.isKeepAlive`),
     /// read from the fields' bytes. A `close` token in a `Connection` field means no; one `keep-alive` token alone
     /// means yes; two recognised tokens or more mean no; none leave it to the version (HTTP/1.1 and later: yes).
-    ///
-    /// SwiftNIO knows the answer without reading the fields again only for heads its own parser made; for these
-    /// (built from their fields) it gathered every `Connection` value in its canonical form, each token a new
-    /// string: about 8,400 instructions a response, 4 % of a run of 2,000 small files (`callgrind`).
     static func keepsAlive(_ head: HTTPResponseHead) -> Bool {
         var recognised = 0
         var closes = false
@@ -471,18 +461,15 @@ struct HTTP1ResponseDecoder: ByteToMessageDecoder {
     }
 }
 
-/// Takes the response parts of a connection's ``HTTP1ResponseHandler`` straight from it, not through the pipeline:
-/// a part sent on through the pipeline is wrapped in `NIOAny`, and the handler that takes it casts it back from `Any`
-/// (about 475 instructions a part, three a small file's response; `callgrind`). Called on the channel's event loop, in
-/// the order the parts were decoded, before any event the decoding fires after them.
+/// Takes the response parts of a connection's ``HTTP1ResponseHandler`` straight from it, not through the pipeline
+/// (where each part would be wrapped in `NIOAny`). Called on the channel's event loop, in the order the parts were
+/// decoded, before any event the decoding fires after them.
 protocol HTTP1ResponsePartSink: AnyObject {
     func received(_ part: HTTPClientResponsePart)
 }
 
 /// Runs an ``HTTP1ResponseDecoder`` in a connection's pipeline: what SwiftNIO's `ByteToMessageHandler` does for a
-/// decoder, without what these connections never need (observed writes, removal from a live pipeline, a cap on what is
-/// buffered beyond the decoder's own). Through `ByteToMessageHandler`, each read cost about 3,700 instructions of its
-/// own (2,000 small files), and its generic type's first look-ups about 900,000 at each start.
+/// decoder, without what these connections never need (observed writes, removal from a live pipeline).
 ///
 /// Bytes that end a read without ending what they begin (part of a head, of a chunk-size line) wait for the next
 /// read. When the connection closes, the decoder sees the end of its input (``HTTP1ResponseDecoder/decodeLast``)

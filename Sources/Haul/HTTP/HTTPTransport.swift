@@ -161,13 +161,8 @@ struct HTTPTransport: Sendable {
     /// The most bytes a connection reads from its socket at once: `limit` (1 MiB for AsyncHTTPClient's connections,
     /// ``ConnectionPool/readSizeLimit`` for Haul's own), or a share of a 32 MiB budget over the transfers that may run
     /// at once when that is smaller (a power of two, at least 64 KiB, SwiftNIO's default). A connection's reads grow
-    /// towards it only while each read fills its buffer, so slow or small bodies keep small buffers.
-    ///
-    /// Measured on two 1 GiB files over loopback (`Benchmarks/peers/ab.py`, store on, 5 interleaved runs), against
-    /// SwiftNIO's 64 KiB: reads of 256 KiB took the wall time from 1.39 to 1.19 s, 512 KiB to 1.01 s, 1 MiB to 0.94 s
-    /// (CPU 2.06 → 1.21 s: a quarter of the system calls, wake-ups and hand-overs per byte); 2 MiB gained nothing
-    /// more and 4 MiB was slower than 64 KiB. One read per wake-up keeps a connection from holding four such buffers
-    /// at once: 200 files of 1 MiB, 16 at a time, peaked at 59 MiB with four and 44 MiB with one.
+    /// towards it only while each read fills its buffer, so slow or small bodies keep small buffers; one read per
+    /// wake-up keeps a connection from holding several such buffers at once.
     static func maximumReadSize(concurrency: Int, limit: Int = 1024 * 1024) -> Int {
         let share = Self.readBufferBudget / max(concurrency, 1)
         let powerOfTwo = share > 0 ? 1 << (Int.bitWidth - 1 - share.leadingZeroBitCount) : 0
@@ -241,10 +236,8 @@ struct HTTPTransport: Sendable {
             for (name, value) in headers { request.headers.add(name: name, value: value) }
             if let body { request.body = try body() }
             // No deadline of the client's: the connect timeout covers connecting (with TLS), and the read timeout a
-            // server that stays silent, before its head as after it (`idleTimeout`, tested on new and kept-alive
-            // connections); an upload's body has its own idle timeout while it is sent. With a deadline (connect +
-            // idle timeout) the event loops woke more often (2,000 small files: 2,727 against 2,382 `epoll_wait`
-            // calls): without the store 12-21 ms of wall time and 6-25 ms of CPU more, with it inside the noise.
+            // server that stays silent, before its head as after it (`idleTimeout`); an upload's body has its own idle timeout
+            // while it is sent. A deadline would also wake the event loops more often.
             do {
                 let response = try await self.clientFor(current).execute(request, deadline: .distantFuture)
                 return (response, response.status.code, response.headers)
@@ -301,8 +294,7 @@ struct HTTPTransport: Sendable {
             }
             let (response, status, fields) = try await exchange(current, sent)
             self.extras?.cookies?.receive(fields, from: current)
-            // `Location` looked for only in a redirect to follow: the search of every field was about 360
-            // instructions a response.
+            // `Location` looked for only in a redirect to follow.
             guard Self.follows(status, after: method), let location = fields.first(name: "location") else {
                 return response
             }
@@ -521,8 +513,7 @@ extension Duration {
 }
 
 /// A one-entry cache of the origin of the last URL asked (``HTTPTransport/origin(_:scheme:)``): a batch's transfers
-/// mostly share one, and building it asks the URL for its scheme, host and port, about 3,800 instructions a request
-/// (`callgrind`, 2,000 URLs).
+/// mostly share one, and building it asks the URL for its scheme, host and port.
 struct LastOrigin: Sendable {
     private var last = LastAuthority<String?>()
 

@@ -1,13 +1,7 @@
 import NIOConcurrencyHelpers
 
 /// A result handed once from an event loop to the one task that waits for it: a response's head, and the end of a
-/// response on one of Haul's own connections.
-///
-/// What an `EventLoopPromise` did there, with a lock and a continuation only. A promise made a future for each
-/// request; the future's creation, callbacks and release looked up `Result`'s metadata for its value type at run time
-/// (SwiftNIO's generic code is not specialized for Haul's types), and the wait needed a callback to resume the task:
-/// on 2,000 small files without the store, the run's instructions went 470.7 M → 452.0 M when the two promises per
-/// file became handoffs (`callgrind`, 3 runs).
+/// response on one of Haul's own connections. A lock and a continuation, without a promise's future and callbacks.
 ///
 /// The first result given is the one delivered; later ones are dropped (an error after the head is the end's
 /// business, as a completed promise ignored it).

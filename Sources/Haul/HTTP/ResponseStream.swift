@@ -4,8 +4,7 @@ import NIOHTTP1
 
 /// A download's response through the client's delegate API: the attempt's task awaits the head, checks it, and then
 /// attaches a ``BodyWriter``, which the request's event loop feeds each chunk as it arrives, or gives the response
-/// up. The body never crosses to the task: one hand-off for the head and one for the end, instead of one for each
-/// chunk the task waits for (see docs/benchmarks.md).
+/// up. The body never crosses to the task: one hand-off for the head and one for the end.
 ///
 /// What arrives while the task checks the head is kept (up to ``bufferLimit``, then the client stops reading) and
 /// goes to the writer first, even when the connection has failed since: bytes that arrived before a cut are never

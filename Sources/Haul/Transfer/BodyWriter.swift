@@ -9,8 +9,7 @@ import NIOCore
 final class BodyWriter: @unchecked Sendable {
     // @unchecked: one thread at a time uses it, and each hand-over is ordered by a future's completion (the task
     // until it attaches the writer, the event loop until the response ends, then the task). For the same reason its
-    // variables go without the run-time check for overlapping accesses (none of its methods calls back into it):
-    // with it, each file's attempt made about 20 checks here (`callgrind`).
+    // variables go without the run-time check for overlapping accesses (none of its methods calls back into it).
 
     /// The partial file; `nil` once closed.
     @exclusivity(unchecked) var file: PartialFile?

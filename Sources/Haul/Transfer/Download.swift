@@ -43,9 +43,8 @@ extension Download {
     /// Uploads and deletions use it too, with the fields that concern them (URL, headers, progress, bandwidth, hooks).
     @dynamicMemberLookup
     struct Plan: Sendable {
-        /// What no attempt changes. A plan goes from the manager to the attempt, its writer and its publication;
-        /// with these fields in the plan itself, each copy retained and each end released some twenty references
-        /// (about 5,000 instructions a file on a list of small files). Kept once, in a ``Box``, they cost one.
+        /// What no attempt changes, kept once in a ``Box``: a plan is copied from the manager to the attempt, its writer
+        /// and its publication, and a reference is one retain where these fields inline were twenty.
         struct Fixed: Sendable {
             var id: TransferID
             var operation: TransferRequest.Operation
@@ -678,8 +677,8 @@ extension Download {
         ).start()
     }
 
-    /// One publication's way through the candidate names; each record's commit calls back into it. A class: the
-    /// callback captured a struct's copy, 1,100 instructions a file (`callgrind`), where a reference is one retain.
+    /// One publication's way through the candidate names; each record's commit calls back into it. A class, so the
+    /// callback captures a reference rather than a copy.
     private final class Publisher<O: Observer>: Sendable {
         let publication: Publication
         let observer: O

@@ -15,8 +15,7 @@ enum FileNaming {
     /// cut before the extension.
     static func sanitizedName(_ raw: String) -> String? {
         // Printable ASCII other than slashes, not starting with a dot and short enough (nearly every name): kept as it
-        // is, found in one pass over the bytes. Scalar by scalar, the checks below cost about 1,600 instructions a
-        // name (`callgrind`).
+        // is, found in one pass over the bytes.
         if raw.utf8.count <= Self.maximumNameBytes, Self.isPlainName(raw) { return raw }
         func isReplaced(_ scalar: Unicode.Scalar) -> Bool {
             scalar == "/" || scalar == "\\" || scalar.value < 0x20 || scalar.value == 0x7f
@@ -63,9 +62,8 @@ enum FileNaming {
     /// The percent-decoded last path component of a URL, sanitised; ``fallbackName`` when there is none.
     static func name(fromURL url: URL) -> String {
         var path = url.path(percentEncoded: true)
-        // The bytes after the last slash, found in the path's contiguous bytes: splitting the path into components
-        // compared it character by character (grapheme breaking), 8,500 instructions a URL, most of the cost of naming
-        // a file; `String.UTF8View`'s own `lastIndex(of:)` stepped back through the string's storage, 400 more.
+        // The bytes after the last slash, found in the path's contiguous bytes, without splitting the path into
+        // components character by character.
         let (last, isEncoded) = path.withUTF8 { bytes -> (String?, Bool) in
             guard let end = bytes.last, end != UInt8(ascii: "/") else { return (nil, false) }
             let start = (bytes.lastIndex(of: UInt8(ascii: "/")) ?? -1) + 1

@@ -11,8 +11,8 @@ enum URLCredentials {
         from url: URL,
         headers: [(name: String, value: String)]
     ) -> (url: URL, header: (name: String, value: String)?) {
-        // Read from what the URL's parse found (a URL's text is made anew each time it is asked for: 2,000
-        // instructions a URL); most have no user.
+        // Read from what the URL's parse found (a URL's text is made anew each time it is asked for); most have no
+        // user.
         guard url.user(percentEncoded: true) != nil || url.password(percentEncoded: true) != nil,
             var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
         else { return (url, nil) }

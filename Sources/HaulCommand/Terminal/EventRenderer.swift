@@ -106,8 +106,8 @@ enum Summary {
     /// with `--quiet`, only the failure lines.
     /// `transferredBytes`: how many of the completed files' bytes this run moved (``TransferredBytes``).
     static func print(_ report: BatchReport, elapsed: Duration, transferredBytes: Int64, json: Bool, quiet: Bool) {
-        // Quiet, the totals line is not even made: its number formatting's first use in the process costs about
-        // 0.3 ms, a tenth of the command's own start-up work on one file.
+        // Quiet, the totals line is not even made: its number formatting's first use costs more than the rest of a
+        // one-file run's rendering.
         let lines =
             quiet
             ? self.failureLines(for: report)

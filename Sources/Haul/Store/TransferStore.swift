@@ -9,10 +9,8 @@ import NIOConcurrencyHelpers
 /// on the same store resumes partial files with a validated `Range` request and skips files already completed.
 ///
 /// A file store uses SQLite's write-ahead log, so several processes can share it: readers never block the writer.
-/// Within a process, one store's reads and writes take turns on one connection (GRDB's `DatabaseQueue`): a pool of
-/// connections, for reads beside the writer, cost each new store 3.5 million instructions to open (GRDB's set-up of
-/// the log: a statement, and Foundation's look-up of the log's size), 7 % of a one-file `haul get`, and each reader a
-/// connection of its own; the manager's reads are few and short.
+/// Within a process, one store's reads and writes take turns on one connection (GRDB's `DatabaseQueue`): the
+/// manager's reads are few and short.
 public final class TransferStore: Sendable {
     let database: any DatabaseWriter
     /// The requests this process's managers sliced (see Slices.swift) and still find in their slices: where each is,
@@ -41,9 +39,7 @@ public final class TransferStore: Sendable {
         self.createdEmpty = NIOLockedValueBox(isNew)
         // Best effort: when it fails (another process created the file first, or is migrating it), the database is
         // opened (or created) and migrated below as any other. When it succeeds, the file holds the current schema
-        // and the log, and records every migration as applied: neither the migrator nor the check of the log's mode
-        // has anything to do (their reads, through GRDB's generic fetching, were 0.8 million instructions at each
-        // start, most of them the runtime's first look-ups of its types' conformances).
+        // and the log, and records every migration as applied.
         let created = isNew && Self.createUnsynced(path.path)
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
@@ -59,16 +55,12 @@ public final class TransferStore: Sendable {
             // changes; past 64 KiB, SQLite spilled that journal into a file under /var/tmp (2,000 URLs: 558 pages
             // written there and deleted). In memory it costs at most what one bulk insert changes.
             try db.execute(sql: "PRAGMA temp_store = MEMORY")
-            // The log is copied into the database when it passes this many pages (16 MiB), not SQLite's 1,000: a
-            // copy reads and writes every page the log holds, and the pages a batch rewrites in every transaction
-            // (the table's last ones, the key's index) were copied again each time: 100,000 tiny files made 60
-            // copies. The store's share of that run, 1,000 pages against 4,000, in three runs of `commands.py`:
-            // 1.217 → 1.138, 1.198 → 1.168, and with the database on ext4, 1.233 → 1.184 of the run without it.
+            // The log is copied into the database when it passes this many pages (16 MiB), not SQLite's 1,000: each copy
+            // rewrites the pages a batch changes in every transaction.
             try db.execute(sql: "PRAGMA wal_autocheckpoint = \(Self.checkpointPages)")
-            // Closing leaves the write-ahead log for the next process to read, instead of copying it into the
-            // database and syncing both: that sync waits for the downloaded files' dirty data on ext4 (200 × 1 MiB,
-            // a new database: 95 ms of a 0.26 s run). SQLite copies the log when it grows past its limit (above), as
-            // always; what a power loss may lose is what NORMAL already allows (the files are not synced either).
+            // Closing leaves the write-ahead log for the next process to read, instead of copying it into the database and
+            // syncing both: that sync waits for the downloaded files' dirty data. What a power loss may lose is what NORMAL
+            // already allows (the files are not synced either).
             let code = haul_sqlite_keep_wal_on_close(db.sqliteConnection)
             guard code == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: code)) }
         }
@@ -79,17 +71,12 @@ public final class TransferStore: Sendable {
     }
 
     /// Creates a new database file in write-ahead-log mode without syncing it, so that opening it finds the log
-    /// in place and syncs nothing either. Created as GRDB creates one, the new database's header went through a
-    /// rollback journal with three syncs, and the new log's header had two: on ext4, each sync of a new store
-    /// waited for the dirty data of other files (writes of earlier downloads: 40–100 ms before the first request,
-    /// 200 × 1 MiB after other runs). Without them, a power loss in the store's first milliseconds can leave a file
-    /// that is not a database, and nothing else: it holds nothing yet. A killed process loses nothing (the data is
-    /// in the operating system's hands).
+    /// in place and syncs nothing either: a sync of a new store waits for the dirty data of other files. Without them, a
+    /// power loss in the store's first milliseconds can leave a file that is not a database, and nothing else: it holds
+    /// nothing yet. A killed process loses nothing (the data is in the operating system's hands).
     ///
     /// The file is made with its schema (``createdSchema``), in the transaction that puts its log in place: GRDB's
-    /// migrator then finds every migration applied. Migrated one by one, as before, each migration took a transaction
-    /// and GRDB's foreign-key checks, and each `ALTER TABLE` had SQLite read the whole schema again: a one-file
-    /// `haul get` with a new store took 25.2 ms, now 21.8 (19.3 without a store; median of 6 × 30 runs, tmpfs).
+    /// migrator then finds every migration applied.
     /// - Returns: whether it created the file (`false` when it exists already, or SQLite failed).
     static func createUnsynced(_ path: String) -> Bool {
         haul_sqlite_create_unsynced(path, Self.createdSchema) == SQLITE_OK
@@ -176,7 +163,7 @@ public final class TransferStore: Sendable {
         ),
         // A bulk insert's 32 requests that share their batch's values as one row of `slice`, their identifiers in
         // `sliceEntry`, and each transaction's completions of a slice's requests as one row of `sliceResult` (see
-        // Slices.swift): on 2,000 small files, 32 million of the store's 119 million instructions fewer.
+        // Slices.swift).
         (
             "v6: slices",
             TransferStore.slicesSchema
@@ -218,10 +205,7 @@ public final class TransferStore: Sendable {
         CREATE INDEX sliceResultSlice ON sliceResult(slice);
         """
 
-    /// The schema every migration of ``migrations`` leaves, written directly: what a new store is made with. Replaying
-    /// the migrations made SQLite read the whole schema again at each `ALTER TABLE`, and create, fill and drop the
-    /// table that "v5" replaced: making a store took 3.5 million instructions, now 1.4 (`callgrind`), and a one-file
-    /// `haul get` with a new store 18.5 ms, now 17.7 (13.8 without a store; medians of 30 rounds, tmpfs). A test
+    /// The schema every migration of ``migrations`` leaves, written directly: what a new store is made with. A test
     /// checks that it has the same tables, columns, keys and indexes as the migrations make: a new migration changes
     /// it too.
     static let currentSchema = """
@@ -273,8 +257,7 @@ public final class TransferStore: Sendable {
     /// A new store's schema in one transaction: ``currentSchema``, and GRDB's table of applied migrations with each
     /// of ``migrations`` in it, as GRDB records them (its migrator then finds nothing to do).
     static let createdSchema: String = {
-        // Quotes doubled character by character: Foundation's `replacingOccurrences` bridged each name to `NSString`
-        // (50 of the cooperative thread's 7,709 samples in 8 profiled runs of 2,000 small files).
+        // Quotes doubled character by character, without bridging each name to `NSString`.
         let names = TransferStore.migrations.map { migration in
             "('" + migration.identifier.map { $0 == "'" ? "''" : String($0) }.joined() + "')"
         }
@@ -703,10 +686,8 @@ public final class TransferStore: Sendable {
         try self.rows([id])[0]
     }
 
-    /// The rows of `ids`, in their order (`nil` for a transfer the store does not hold), read in one transaction.
-    ///
-    /// A read of its own for each cost about 25 µs: a reader taken from the pool, `BEGIN` and `COMMIT`, and GRDB's
-    /// decoding. A run of `haul get` over a list whose files the store holds already reads a row for each of them.
+    /// The rows of `ids`, in their order (`nil` for a transfer the store does not hold), read in one transaction: a
+    /// run over a list whose files the store holds already reads a row for each of them.
     func rows(_ ids: [TransferID]) throws -> [TransferRow?] {
         guard !ids.isEmpty else { return [] }
         return try self.database.read { db in

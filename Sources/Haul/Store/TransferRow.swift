@@ -47,7 +47,7 @@ struct StoredOperation: Codable, Hashable, Sendable {
     static let downloadJSON = #"{"kind":"download"}"#
 
     /// The operation a row's JSON records, or `nil` when it is not one; a download's (most rows) is read without
-    /// `JSONDecoder`, which took about 4 µs a row.
+    /// `JSONDecoder`.
     init?(json: String) {
         if json == Self.downloadJSON {
             self.init(.download)
@@ -144,10 +144,9 @@ extension TransferRow {
         )
     }
 
-    /// The request this row records (without the secret headers, which are never stored).
-    ///
-    /// A download's operation and an empty list of headers (most rows) are read without `JSONDecoder`, which took
-    /// about 4 µs each: `haul resume` rebuilds a request from every row of its batch.
+    /// The request this row records (without the secret headers, which are never stored). A download's operation and
+    /// an empty list of headers (most rows) are read without `JSONDecoder`: `haul resume` rebuilds a request from every
+    /// row of its batch.
     var request: TransferRequest? {
         guard let url = URL(string: self.url), let operation = StoredOperation(json: self.operation)?.operation else {
             return nil
@@ -537,10 +536,8 @@ package enum StoreOperation: Sendable {
     }
 }
 
-/// The row of an ``StoreOperation/insert(_:)``, held by reference. An operation is copied into the writer's queue, out
-/// of it into a job, and looked at by each claim that searches the queue for its own row: with the row's two dozen
-/// fields inline, every operation was about 400 bytes, and each copy retained a dozen strings (on 2,000 small files,
-/// copies of operations and their reference counting were about 10 million instructions, `callgrind`).
+/// The row of an ``StoreOperation/insert(_:)``, held by reference: operations are copied into the writer's queue and
+/// out of it, and a reference is one retain where two dozen fields inline were a dozen.
 package final class InsertedRow: Sendable {
     let batchID: BatchID
     let position: Int
@@ -876,13 +873,9 @@ extension Database {
 /// for every transfer added, and three encoders per row were 5 % of the CPU on a list of small files. Read back by
 /// ``strings(_:)``.
 enum JSONText {
-    /// A JSON array of strings; with `elementsAreJSON`, of elements that are JSON text already.
-    ///
-    /// Written in one pass into a string of the exact size, counted first; when no element needs an escape (nearly
-    /// always), each element's bytes are copied at once, without a second look at each byte. Built with `+=`, a
-    /// one-name array (every row's file name) took about 1,950 instructions, most of them growing small strings and
-    /// checking each byte through a closure. Adding 2,000 small files to a manager with a store (`Core.add`,
-    /// `callgrind`): 28.9 → 26.9 million instructions.
+    /// A JSON array of strings; with `elementsAreJSON`, of elements that are JSON text already. Written in one pass into
+    /// a string of the exact size, counted first; when no element needs an escape (nearly always), each element's bytes
+    /// are copied at once.
     static func array(_ elements: [String], elementsAreJSON: Bool = false) -> String {
         var count = 2 + max(elements.count - 1, 0)
         // Whether any element has a byte to escape: when none has (nearly always), each is copied whole.
@@ -972,8 +965,7 @@ enum JSONText {
     }
 
     /// The strings of a JSON array of strings (`nil` when `text` is not one), as ``array(_:elementsAreJSON:)`` writes
-    /// them. Text without a backslash or a control character (names and paths, nearly always) is split here:
-    /// `JSONDecoder` took about 4 µs a row, for every row a run over files the store holds already reads. Anything
+    /// them. Text without a backslash or a control character (names and paths, nearly always) is split here; anything
     /// else goes to `JSONDecoder`.
     static func strings(_ text: String) -> [String]? {
         var text = text
@@ -1004,11 +996,9 @@ enum JSONText {
 }
 
 /// Which transfers a store holds, as a 64-bit digest of each identifier's text: enough to tell that a request is new
-/// (most of a batch) without reading the store, in 16 bytes or so a transfer instead of a string's allocation each.
-///
-/// Read once per manager, when its first request comes. A store of 100,000 transfers (one 100,000-URL list) took
-/// 95 ms to read into a set of strings before the first request; two digests can be equal, and `mayContain` then
-/// says yes for a transfer the store does not hold, which costs only the read of a row that is not there.
+/// (most of a batch) without reading the store, in 16 bytes or so a transfer. Read once per manager, when its first
+/// request comes. Two digests can be equal: `mayContain` then says yes for a transfer the store does not hold, which
+/// costs only the read of a row that is not there.
 struct TransferIDDigests: Sendable {
     private var digests: Set<Int> = []
 

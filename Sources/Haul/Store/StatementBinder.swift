@@ -3,12 +3,8 @@ import GRDB
 import GRDBSQLite
 import NIOConcurrencyHelpers
 
-/// Binds a prepared statement's parameters with SQLite's own calls, in order.
-///
-/// The store's writer runs a handful of statements per file. Through GRDB's `StatementArguments` every value became
-/// an existential, then a `DatabaseValue`, then a binding: on a list of small files that cost the writer's thread
-/// about 120 of its 585 samples, close to SQLite's own 163 (see docs/benchmarks.md). The statements stay GRDB's
-/// (prepared once, in its cache); only the binding and the step are done here.
+/// Binds a prepared statement's parameters with SQLite's own calls, in order. The statements stay GRDB's (prepared
+/// once, in its cache); only the binding and the step are done here, without a `DatabaseValue` per value.
 struct StatementBinder {
     private let handle: SQLiteStatement
     /// Where text is copied for SQLite to read in place (`nil`: SQLite copies it).
@@ -188,10 +184,8 @@ extension Database {
     }
 }
 
-/// The store's statements one transaction has used, found again by their number. GRDB's cache finds a statement by
-/// its text, hashing all of it at each use: a publishing record's about 2,600 instructions, a bulk insert's 28,000;
-/// on 2,000 small files, 9.5 million of the 125 million instructions of the writer's transactions (`callgrind`). Made
-/// for one transaction and used on its thread only: the statements are its connection's.
+/// The store's statements one transaction has used, found again by their number rather than by hashing their text.
+/// Made for one transaction and used on its thread only: the statements are its connection's.
 struct StoreStatements {
     private var statements = [Statement?](repeating: nil, count: SQLText.count)
     /// Where the statements' text is copied while each runs.
@@ -304,11 +298,8 @@ struct StoreStatements {
     }
 }
 
-/// Copies of the text one statement binds, for SQLite to read in place (`SQLITE_STATIC`) until the statement has run.
-///
-/// Bound as `SQLITE_TRANSIENT`, each text was copied by SQLite into an allocation of its own, freed at the next
-/// binding: on 2,000 small files, about 28,000 texts. Here each is copied into blocks that are kept, so a statement's
-/// texts cost a copy each and no allocation: the run's instructions went 655.5 M → 649.1 M (`callgrind`, 3 runs).
+/// Copies of the text one statement binds, for SQLite to read in place (`SQLITE_STATIC`) until the statement has run,
+/// kept in blocks that are reused, so a statement's texts cost a copy each and no allocation.
 ///
 /// A block is never moved or freed while a statement may read it: a text that does not fit in what is left of one
 /// goes into the next, and one larger than a block is left to SQLite to copy.

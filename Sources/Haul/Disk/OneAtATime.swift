@@ -3,9 +3,8 @@ import NIOCore
 
 /// Runs pieces of work one at a time, in the order they come, without making anyone wait: a piece that comes while
 /// another runs is queued, and the thread running goes on with it when it is done. For work that two threads doing
-/// at once would each wait for on a lock of the kernel's: renames into one folder, which on ext4 spin on the folder's
-/// lock (2,000 small files, renamed as each arrived by two event loops: 6 ms of CPU spinning; as a store's commits
-/// handed them back to both loops at once: 22 ms).
+/// at once would each wait for on a lock of the kernel's: renames into one folder, which on ext4 contend for the
+/// folder's lock.
 final class OneAtATime: Sendable {
     private struct State {
         /// The pieces waiting for the one running; never any when none runs.

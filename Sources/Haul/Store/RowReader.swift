@@ -11,11 +11,7 @@ extension TransferRow {
         """
 
     /// The row a statement that selected ``columns`` (from its column `first`) stands on, read column by column with
-    /// SQLite's calls.
-    ///
-    /// Through `Codable` (GRDB's `FetchableRecord` decoding) a row took about 7 µs: a keyed container, a column
-    /// look-up by name and a `DatabaseValue` for each of 29 columns. A run of `haul get` over a list whose files the
-    /// store holds already reads a row for each.
+    /// SQLite's calls rather than through `Codable`: a run over a list the store holds already reads a row per file.
     init(columnsOf handle: SQLiteStatement, from first: Int32 = 0) {
         var reader = ColumnReader(handle, from: first)
         self.init(

@@ -15,9 +15,6 @@ import NIOConcurrencyHelpers
 // another holds the lease, writes only its batch entry). From then on its row is the truth: readers take a row over
 // a slice's entry and its completions. While the slice's lease lasts, no other process writes an entry out, so its
 // manager records the completion in the slice without looking for a row.
-//
-// On 2,000 small files the store's share of a run went from 1.148 to 1.108 of the run without it, and a run of the
-// 100,000-URL list from 5.1 to 3.4 s, its store from 58 to 46 MB (docs/benchmarks.md, thirty-fifth session).
 
 /// Values packed one after the other, as a blob: an integer as its 8 bytes (little-endian), a text as its length (4
 /// bytes) and its UTF-8, an optional as a byte (0 for none, 1 for a value) before the value.

@@ -7,13 +7,8 @@ import NIOPosix
 ///
 /// An event yielded to a stream whose reader is waiting resumes the reader: a job for another thread, which the
 /// kernel has to wake when it sleeps. Events held and yielded together wake the reader once. Lives in the manager's
-/// state, under its lock, so held events keep their order with those yielded at once.
-///
-/// The continuation is held behind a reference (``Box``). `AsyncStream.Continuation`'s layout belongs to the
-/// concurrency library (it is not frozen), so a struct that holds it has no layout known when Haul is compiled. Then
-/// every copy of an outlet, and every look at whether a batch has one (`events != nil`), asked the runtime for the
-/// outlet's type metadata: about 400 instructions each, 8.7 million per 2,000 small files (`callgrind`). Behind a
-/// reference, the outlet is a pointer, a flag, an array and an optional index, laid out at compile time.
+/// state, under its lock, so held events keep their order with those yielded at once. The continuation is held
+/// behind a reference (``Box``), so that an outlet has a layout known at compile time.
 struct EventOutlet<Element: Sendable>: Sendable {
     private let box: Box
     /// Whether events are held until a release (a manager with an ``EventDeliveryClock``), or yielded as they come.

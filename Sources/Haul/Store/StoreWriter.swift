@@ -302,9 +302,7 @@ package final class StoreWriter: Sendable {
                 }
                 if isStill { self.writeQueuedJobs() }
             }
-            // On a loop, the wait is a timer of that loop's (which is awake anyway, serving its connections); with
-            // Dispatch's, a thread of Dispatch's woke for it and handed the end to another (2,000 small files, with
-            // the store: 1.140 → 1.128 of the run without it, 30 rounds, tmpfs).
+            // On a loop, the wait is a timer of that loop's, which is awake anyway serving its connections.
             if let loop {
                 loop.scheduleTask(in: .nanoseconds(Int64(linger.nanoseconds)), ended)
             } else {
@@ -407,11 +405,9 @@ package final class StoreWriter: Sendable {
     }
 
     /// Calls the jobs' completions after their transaction: on the writer queue for jobs without a loop; the others, in
-    /// order, on one loop at a time (``OneAtATime``). The completions rename files, and most go to one folder: handed
-    /// to each job's own loop, the two loops of a two-core machine renamed their files at the same moment after every
-    /// commit, and each waited for the other on the folder's lock, spinning (on ext4, 22 ms of CPU on 2,000 small
-    /// files). So a transaction's completions go to the first such job's loop in one task, unless a loop is running
-    /// earlier ones: then they follow those, on that loop.
+    /// order, on one loop at a time (``OneAtATime``). The completions rename files, mostly into one folder, and two loops
+    /// renaming into one folder at once contend for its lock: so a transaction's completions go to the first such job's
+    /// loop in one task, unless a loop is running earlier ones: then they follow those, on that loop.
     private func complete(_ jobs: [Job]) {
         var loop: (any EventLoop)? = nil
         var completions: [@Sendable () -> Void] = []
