@@ -95,7 +95,9 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
-            ]
+            ],
+            // A state database written by an earlier release, which the store must still open and migrate.
+            resources: [.copy("Fixtures")]
         ),
         .testTarget(
             name: "HaulIntegrationTests",

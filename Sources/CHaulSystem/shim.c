@@ -158,28 +158,3 @@ int haul_sqlite_disable_memory_statistics(void) {
     return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
-int haul_sqlite_create_unsynced(const char *path, const char *schema) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        return SQLITE_CANTOPEN;
-    }
-    close(fd);
-    sqlite3 *db = NULL;
-    int code = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (code == SQLITE_OK) {
-        code = sqlite3_busy_timeout(db, 5000);
-    }
-    if (code == SQLITE_OK) {
-        code = sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
-    }
-    if (code == SQLITE_OK) {
-        code = sqlite3_exec(db, "PRAGMA synchronous = OFF; PRAGMA journal_mode = WAL;", NULL, NULL, NULL);
-    }
-    if (code == SQLITE_OK) {
-        // A statement of `schema` that fails leaves its transaction open: closing rolls it back.
-        code = sqlite3_exec(db, schema, NULL, NULL, NULL);
-    }
-    sqlite3_close(db);
-    return code;
-}
-

@@ -164,3 +164,13 @@ extension String {
 func hexDigit(_ nibble: UInt8) -> UInt8 {
     nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
 }
+
+extension String {
+    /// Calls `body` with the string's UTF-8 bytes, read in place when the string stores them contiguously (every
+    /// string Haul makes) and copied otherwise, without the mutable copy that `withUTF8` needs.
+    func withUTF8Bytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        if let result = self.utf8.withContiguousStorageIfAvailable(body) { return result }
+        var copy = self
+        return copy.withUTF8(body)
+    }
+}

@@ -257,16 +257,6 @@ struct DerivedIdentifierTests {
         for id in ids {
             #expect(id.withUTF8 { String(decoding: $0, as: UTF8.self) } == id.rawValue, "\(id)")
         }
-        // Bound to a statement as its text.
-        let store = try TransferStore()
-        let read = try store.database.write { db in
-            try db.execute(sql: "CREATE TABLE t (v TEXT)")
-            for id in ids {
-                try db.run("INSERT INTO t (v) VALUES (?)") { $0.bind(id) }
-            }
-            return try String.fetchAll(db, sql: "SELECT v FROM t ORDER BY rowid")
-        }
-        #expect(read == ids.map(\.rawValue))
     }
 
     @Test func aRequestsIdentifierNamesItsOwnDestinationWhenRequestsAlternateBetweenFolders() {

@@ -57,7 +57,7 @@ struct TransferStoreTests {
         #expect(
             applied.sorted() == [
                 "v1: batches and transfers", "v2: leases", "v3: uploads and deletions", "v4: open batches",
-                "v5: batch entries", "v6: slices",
+                "v5: batch entries", "v6: slices", "v7: one row per transfer",
             ]
         )
         #expect(try store.batches().isEmpty)
@@ -357,25 +357,16 @@ struct TransferStoreTests {
             )
         }
         let applied = try await stores[0].database.read { try TransferStore.migrator.appliedIdentifiers($0) }
-        #expect(applied.count == TransferStore.migrations.count)
+        #expect(applied.count == TransferStore.migrations.count + 1)
         let ids = try await stores[0].database.read { try Set(String.fetchAll($0, sql: "SELECT id FROM transfer")) }
         #expect(ids == Set((0..<6).map { "t\($0)" }))
     }
 
-    @Test func aNewStoreIsCreatedInWriteAheadLogModeWithItsLogInPlaceAndOpensOnIt() throws {
+    @Test func aNewStoreIsCreatedInWriteAheadLogModeWithNormalSynchronisation() throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
-        let path = folder.appending(path: "state.sqlite")
-        #expect(TransferStore.createUnsynced(path.path))
-        let header = try Data(contentsOf: path)
-        #expect(header.prefix(15) == Data("SQLite format 3".utf8))
-        #expect(header.count >= 20 && header[18] == 2 && header[19] == 2, "the write-ahead log's version numbers")
-        let log = try FileManager.default.attributesOfItem(atPath: path.path + "-wal")[.size] as? Int
-        #expect((log ?? 0) > 0, "a log in place: opening it writes nothing")
-        #expect(!TransferStore.createUnsynced(path.path), "never over a file that exists")
-
-        let store = try TransferStore(path: path)
+        let store = try TransferStore(path: folder.appending(path: "state.sqlite"))
         #expect(try store.batches().isEmpty)
         let (mode, synchronous) = try store.database.write { db in
             (try String.fetchOne(db, sql: "PRAGMA journal_mode"), try Int.fetchOne(db, sql: "PRAGMA synchronous"))
@@ -400,62 +391,78 @@ struct TransferStoreTests {
         #expect(reopened == "wal", "kept in the file")
     }
 
-    @Test func aNewStoreIsCreatedWithTheSchemaItsMigrationsMakeAndEachOfThemRecordedAsApplied() throws {
+    /// What `haul status --json` read from the fixture `state-v6.sqlite` with the release that wrote it: three
+    /// batches, the first two of 40 small files each, most of them kept 32 to a slice, some completed in their
+    /// slice, the second killed part-way; the third with a failure.
+    struct ExpectedBatch: Decodable {
+        var id: Int
+        var listComplete: Bool
+        var states: [String: Int]
+        var bytesOnDisk: Int64
+        var items: [ExpectedItem]
+    }
+
+    struct ExpectedItem: Decodable, Equatable {
+        var id: String
+        var url: String
+        var state: String
+        var bytes: Int64
+        var total: Int64?
+        var attempts: Int
+        var path: String?
+        var operation: String
+        var errorCode: String?
+        var errorMessage: String?
+        var httpStatus: Int?
+    }
+
+    @Test func aStoreWrittenWithSlicesIsMigratedToOneRowPerTransferWithNothingLost() throws {
+        let fixture = try #require(Bundle.module.url(forResource: "Fixtures/state-v6", withExtension: "sqlite"))
+        let expectedURL = try #require(Bundle.module.url(forResource: "Fixtures/state-v6", withExtension: "json"))
+        let expected = try JSONDecoder().decode([ExpectedBatch].self, from: Data(contentsOf: expectedURL))
         let folder = FileManager.default.temporaryDirectory.appending(path: "haul-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         let path = folder.appending(path: "state.sqlite")
-        #expect(TransferStore.createUnsynced(path.path))
-        // Before GRDB's migrator has seen it: the file records the migrations as GRDB does (an older version of Haul,
-        // which registers the first of them, finds nothing to do either).
-        let created = try DatabaseQueue(path: path.path)
-        let recorded = try created.read { try TransferStore.migrator.appliedIdentifiers($0) }
-        #expect(recorded == Set(TransferStore.migrations.map(\.identifier)))
-        try created.close()
+        try FileManager.default.copyItem(at: fixture, to: path)
 
         let store = try TransferStore(path: path)
-        let made = try store.database.read(Self.schema)
-        let migrated = try TransferStore().database.read(Self.schema)
-        #expect(made == migrated, "the same tables, columns, keys and indexes as migrated one by one")
-        #expect(made.count >= 30, "each table, column, index and foreign key is a line")
-        #expect(made.contains { $0.hasPrefix("table batchEntry") && $0.hasSuffix("without rowid") })
-        #expect(try store.batches().isEmpty)
-    }
-
-    /// A database's schema as lines to compare: each table (with its kind: rowid or not, strict or not), each column
-    /// (its type, constraint, default and place in the key), each index (unique or not, and why it exists), each
-    /// foreign key, each view and trigger.
-    /// The text SQLite keeps of each `CREATE` is left out: migrations leave their `ALTER TABLE`s' marks in it.
-    static func schema(_ db: Database) throws -> [String] {
-        var lines: [String] = []
-        let tables = try Row.fetchAll(
-            db,
-            sql: "SELECT name, type, wr, strict FROM pragma_table_list WHERE schema = 'main' ORDER BY name"
-        )
-        for table in tables {
-            let name: String = table["name"]
-            let (withoutRowID, strict): (Bool, Bool) = (table["wr"], table["strict"])
-            lines.append(
-                "table \(name) \(table["type"] as String)\(withoutRowID ? " without rowid" : "")\(strict ? " strict" : "")"
-            )
-            // What each table-valued pragma says of the table, in a stable order.
-            let details = [
-                ("column", "pragma_table_xinfo", "cid"), ("index", "pragma_index_list", "name"),
-                ("foreign key", "pragma_foreign_key_list", "id"),
-            ]
-            for (label, pragma, order) in details {
-                let sql = "SELECT * FROM \(pragma)(?) ORDER BY \(order)"
-                for row in try Row.fetchAll(db, sql: sql, arguments: [name]) { lines.append("\(label) \(name) \(row)") }
+        let batches = try store.batches()
+        #expect(batches.map(\.id.rawValue) == expected.map(\.id))
+        for (batch, want) in zip(batches, expected) {
+            #expect(batch.transferCounts == want.states, "batch \(want.id)")
+            #expect(batch.bytesOnDisk == want.bytesOnDisk, "batch \(want.id)")
+            #expect(batch.isListComplete == want.listComplete)
+            let items = try store.transfers(inBatch: batch.id).map { transfer in
+                ExpectedItem(
+                    id: transfer.id.rawValue,
+                    url: transfer.url.absoluteString,
+                    state: transfer.state,
+                    bytes: transfer.bytesOnDisk,
+                    total: transfer.totalBytes,
+                    attempts: transfer.attempts,
+                    path: transfer.finalPath?.path,
+                    operation: transfer.operation,
+                    errorCode: transfer.errorCode,
+                    errorMessage: transfer.errorMessage,
+                    httpStatus: transfer.httpStatus
+                )
             }
+            #expect(items == want.items, "batch \(want.id)")
         }
-        // Views and triggers, by name (there are none yet).
-        for other in try Row.fetchAll(
-            db,
-            sql: "SELECT type, name FROM sqlite_master WHERE type IN ('view', 'trigger') ORDER BY type, name"
-        ) {
-            lines.append("\(other["type"] as String) \(other["name"] as String)")
+        let (tables, rows) = try store.database.read { db in
+            (
+                try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"),
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM transfer")
+            )
         }
-        return lines
+        #expect(!tables.contains("slice") && !tables.contains("sliceEntry") && !tables.contains("sliceResult"))
+        #expect(rows == 82, "one row per transfer: 40 + 40 + 2")
+        // The waiting transfers of the killed batch are rows a manager can claim and run.
+        let waiting = try #require(try store.rows(inBatch: BatchID(2)).first { $0.state == "waiting" })
+        #expect(waiting.request?.url.absoluteString == waiting.url)
+        let claim = try store.database.write { try store.claim(TransferID(waiting.id), owner: "A", in: $0) }
+        guard case .claimed = claim else { Issue.record("not claimed: \(claim)"); return }
     }
 
     @Test func aStoreWrittenBeforeBatchEntriesKeepsItsBatchesTheirOrderAndTheirTransfersOnceMigrated() throws {
@@ -575,137 +582,6 @@ struct TransferStoreTests {
         #expect(try !TransferStore(path: path).holdsNoTransfers, "a store that was there may hold transfers")
     }
 
-    @Test func eachStatementHasANumberOfItsOwnAndATextOfItsOwn() {
-        // A transaction finds its statements again by number (StoreStatements): two sharing one would run each other.
-        #expect(SQLText.all.map(\.number).sorted() == Array(0..<SQLText.count))
-        #expect(Set(SQLText.all.map(\.text)).count == SQLText.count)
-    }
-
-    @Test func aTransactionFindsEachStatementAgainByItsNumber() throws {
-        let store = try TransferStore()
-        try store.database.write { db in
-            var statements = StoreStatements()
-            let first = try statements.statement(SQLText.publishing, in: db)
-            #expect(try statements.statement(SQLText.publishing, in: db) === first)
-            #expect(try statements.statement(SQLText.completed, in: db) !== first)
-            #expect(try statements.statement(SQLText.completed, in: db).sql.contains("state = 'completed'"))
-        }
-    }
-
-    @Test func textBoundInPlaceReadsBackAsWrittenAcrossBlocksAndBeyondOne() throws {
-        let store = try TransferStore()
-        let batch = try store.createBatch()
-        // 41 rows: 32 in one statement, whose texts (about 1 KiB a row) fill more than one block, with a URL larger
-        // than a block among them (SQLite copies that one); then 8 in one, and one on its own. Empty texts and
-        // non-ASCII text among them.
-        let filler = String(repeating: "é/", count: 300)
-        var rows = (0..<41).map { index -> TransferRow in
-            var row = self.row(String(format: "t%02d", index))
-            row.url = "http://h/\(index)/" + filler
-            if index.isMultiple(of: 3) { row.headers = "" }
-            return row
-        }
-        rows[20].url = "http://h/" + String(repeating: "x", count: BoundText.blockSize + 1)
-        try store.database.write { db in
-            var statements = StoreStatements()
-            _ = try StoreOperation.applyInserts(
-                rows.enumerated().map { .insertItem(batchID: batch, position: $0, row: $1) }[...],
-                db,
-                owner: "A",
-                statements: &statements
-            )
-        }
-        let read = try store.rows(inBatch: batch)
-        #expect(read.map(\.url) == rows.map(\.url))
-        #expect(read.map(\.headers) == rows.map(\.headers))
-        #expect(read.map(\.nameComponents) == rows.map(\.nameComponents))
-    }
-
-    @Test func insertsARunOfRowsInBulkAndLeasesThemAsOneAtATimeWould() throws {
-        let store = try TransferStore()
-        let batch = try store.createBatch()
-        // 32 + 8 in bulk, then 1 on its own; one row already held by another owner.
-        let ids = (0..<41).map { String(format: "r%02d", $0) }
-        try store.apply(owner: "B", [.insertItem(batchID: batch, position: 99, row: self.row("r35"))])
-        let leased = try store.database.write { db in
-            var statements = StoreStatements()
-            return try StoreOperation.applyInserts(
-                ids.enumerated().map { .insertItem(batchID: batch, position: $0, row: self.row($1)) }[...],
-                db,
-                owner: "A",
-                statements: &statements
-            )
-        }
-        let rows = try store.rows(inBatch: batch)
-        #expect(Set(rows.map(\.id)) == Set(ids), "every row, in the batch")
-        #expect(try store.transfers(inBatch: batch).count == 42, "every position, and the other owner's")
-        for id in ids {
-            let owner = try store.row(TransferID(id))?.leaseOwner
-            #expect(owner == (id == "r35" ? "B" : "A"), "\(id)'s lease")
-        }
-        // The first 32 took every lease; the 8 with r35 in them changed one row fewer, so none of them count as
-        // leased (they are claimed before their requests); the last is reported as one at a time.
-        #expect(leased.map(\.rawValue) == Array(ids[0..<32]) + ["r40"])
-    }
-
-    @Test(arguments: ["nothing", "folder", "headers", "state", "batch"])
-    func aBulkInsertWritesEachRowAndEntryAsOneAtATimeWouldWhetherOrNotItsRowsShareValues(differing: String) throws {
-        // 40 rows (32 + 8 in bulk) with values of their own in every column a row may have alone; row 5 and row 35
-        // differ from the rest in `differing` too, so neither bulk statement can bind that column once.
-        let (bulk, single) = (try TransferStore(), try TransferStore())
-        let batches = try (bulk.createBatch(), bulk.createBatch())
-        #expect(try (single.createBatch(), single.createBatch()) == batches)
-        let operations = (0..<40).map { index -> StoreOperation in
-            var row = self.row(String(format: "s%02d", index))
-            // Each shared column with a value no other has.
-            (row.destinationPath, row.usesContentDisposition, row.computesSHA256) = ("/tmp/x/all", true, false)
-            row.checksum = index.isMultiple(of: 2) ? "sha256:\(String(repeating: "a", count: 64))" : nil
-            row.expectedSize = index.isMultiple(of: 3) ? Int64(index) : nil
-            row.bytesOnDisk = Int64(index % 4)
-            row.totalSize = index.isMultiple(of: 5) ? 1_000 : nil
-            row.etag = index.isMultiple(of: 6) ? "\"e\(index)\"" : nil
-            row.lastModified = index.isMultiple(of: 7) ? "Tue, 01 Jan 2030 00:00:00 GMT" : nil
-            var batch = batches.0
-            if index == 5 || index == 35 {
-                switch differing {
-                case "folder": row.folder = "/tmp/y"
-                case "headers": row.headers = "[]"
-                case "state": row.state = TransferState.paused.description
-                case "batch": batch = batches.1
-                default: break
-                }
-            }
-            return .insertItem(batchID: batch, position: index, row: row)
-        }
-        let leased = try bulk.database.write { db in
-            var statements = StoreStatements()
-            return try StoreOperation.applyInserts(operations[...], db, owner: "A", statements: &statements)
-        }
-        try single.apply(owner: "A", operations)
-        let ids = operations.compactMap(\.insertedID)
-        let given = operations.map { operation -> TransferRow? in
-            if case .insert(let item) = operation { item.row } else { nil }
-        }
-        for ((written, expected), given) in zip(zip(try bulk.rows(ids), try single.rows(ids)), given) {
-            var (written, expected, given) = (try #require(written), try #require(expected), try #require(given))
-            #expect(abs(written.updatedAt - expected.updatedAt) < 60 && written.updatedAt > 0)
-            #expect(abs((written.leaseExpires ?? 0) - (expected.leaseExpires ?? 0)) < 60)
-            (written.updatedAt, written.leaseExpires) = (0, nil)
-            (expected.updatedAt, expected.leaseExpires) = (0, nil)
-            #expect(written == expected)
-            // Both ways bind through the same functions: each column also reads back as the row gave it (the store
-            // sets the time and the lease).
-            (given.updatedAt, given.leaseOwner, given.leaseExpires) = (0, written.leaseOwner, nil)
-            #expect(written == given, "\(given.id) as given")
-        }
-        for batch in [batches.0, batches.1] {
-            #expect(try bulk.rows(inBatch: batch).map(\.id) == single.rows(inBatch: batch).map(\.id))
-        }
-        let waiting = try bulk.rows(ids).compactMap { $0?.state == TransferState.waiting.description ? $0?.id : nil }
-        #expect(leased.map(\.rawValue) == waiting, "every waiting row, leased")
-        #expect(waiting.count == (differing == "state" ? 38 : 40))
-    }
-
     @Test func aCompletedRowSubmittedAgainIsReopenedAndLeasedByItsInsertUnlessItChangedOrIsHeld() throws {
         let store = try TransferStore()
         let ids = (0..<12).map { String(format: "c%02d", $0) }
@@ -737,10 +613,8 @@ struct TransferStoreTests {
             ]
         }
         let leased = try store.database.write { db in
-            var statements = StoreStatements()
-            return try StoreOperation.applyInserts(operations[...], db, owner: "A", statements: &statements)
+            try operations.compactMap { operation in try operation.apply(db, owner: "A") ? operation.insertedID : nil }
         }
-        // c00-c07 in one statement, the rest one at a time.
         #expect(leased.map(\.rawValue) == Array(ids[0..<10]))
         let rows = try store.rows(ids.map { TransferID($0) }).map { try #require($0) }
         #expect(rows[0..<10].allSatisfy { $0.state == "waiting" && $0.leaseOwner == "A" })
@@ -827,74 +701,6 @@ struct TransferStoreTests {
     @Test func aDownloadsOperationIsWhatTheEncoderWouldWrite() throws {
         let decoded = try JSONDecoder().decode(StoredOperation.self, from: Data(StoredOperation.downloadJSON.utf8))
         #expect(decoded == StoredOperation(.download))
-    }
-
-    @Test func bindsNullsTextIntegersDoublesAndBooleansAsGRDBWould() throws {
-        let store = try TransferStore()
-        let row = try store.database.write { db in
-            try db.execute(sql: "CREATE TEMP TABLE t (a, b, c, d, e, f, g)")
-            try db.run("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)") { bind in
-                bind.bind(nil as String?)
-                bind.bind("")
-                bind.bind("naïve café 🎉 \u{0}nul")
-                bind.bind(Int64.max)
-                bind.bind(-3)
-                bind.bind(0.25)
-                bind.bind(true)
-            }
-            return try #require(try Row.fetchOne(db, sql: "SELECT *, hex(c) AS cHex FROM t"))
-        }
-        #expect(row["a"] as DatabaseValue == .null)
-        #expect(row["b"] as DatabaseValue == "".databaseValue, "an empty string is text, not null")
-        // GRDB reads text as a C string; the bytes in the database are all there, past the NUL.
-        let text = "naïve café 🎉 \u{0}nul"
-        #expect(row["cHex"] as String == text.utf8.map { String(format: "%02X", $0) }.joined())
-        #expect(row["d"] as Int64 == .max)
-        #expect(row["e"] as Int == -3)
-        #expect(row["f"] as Double == 0.25)
-        #expect(row["g"] as Int == 1)
-    }
-
-    @Test func aStatementBoundWithTooFewOrTooManyValuesFailsAndWritesNothing() throws {
-        let store = try TransferStore()
-        let sql = "INSERT INTO batch (createdAt, listComplete) VALUES (?, ?)"
-        try store.database.write { db in
-            #expect(throws: DatabaseError.self) { try db.run(sql) { $0.bind(1.0) } }
-            #expect(throws: DatabaseError.self) {
-                try db.run(sql) { bind in
-                    bind.bind(1.0)
-                    bind.bind(true)
-                    bind.bind(3)
-                }
-            }
-        }
-        #expect(try store.database.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM batch") } == 0)
-    }
-
-    @Test func aStatementSQLiteRefusesThrowsSQLitesErrorAndRunsAgainAfterward() throws {
-        let store = try TransferStore()
-        let sql = "INSERT INTO batch (id, createdAt) VALUES (?, ?)"
-        try store.database.write { db in
-            try db.run(sql) { bind in
-                bind.bind(7)
-                bind.bind(1.5)
-            }
-            let error = #expect(throws: DatabaseError.self) {
-                try db.run(sql) { bind in
-                    bind.bind(7)
-                    bind.bind(2.5)
-                }
-            }
-            #expect(error?.resultCode == .SQLITE_CONSTRAINT)
-            #expect(error?.sql == sql)
-            try db.run(sql) { bind in
-                bind.bind(8)
-                bind.bind(2.5)
-            }
-        }
-        let rows = try store.database.read { try Row.fetchAll($0, sql: "SELECT id, createdAt FROM batch ORDER BY id") }
-        #expect(rows.map { $0["id"] as Int } == [7, 8])
-        #expect(rows.map { $0["createdAt"] as Double } == [1.5, 2.5])
     }
 
     @Test func publishingRecordsThatArriveWithinTheWaitShareATransactionAndAreWrittenWhenTheirWaitEnds() async throws {

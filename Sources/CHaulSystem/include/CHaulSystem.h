@@ -53,11 +53,5 @@ int haul_sqlite_keep_wal_on_close(struct sqlite3 *db);
 /// Returns SQLite's result code: SQLITE_MISUSE once SQLite has been initialized in the process.
 int haul_sqlite_disable_memory_statistics(void);
 
-/// Creates the SQLite database `path`, which must not exist, in write-ahead-log mode, and runs the statements of
-/// `schema` on it, all without syncing anything (`PRAGMA synchronous = OFF` on its own connection, closed keeping the
-/// log). `schema` must write something, so that the log is not empty, and should be one transaction (`BEGIN` ...
-/// `COMMIT`): after a statement that fails, closing rolls the open transaction back. Returns SQLite's result code:
-/// SQLITE_CANTOPEN when the file exists or cannot be created; the file stays when `schema` fails.
-int haul_sqlite_create_unsynced(const char *path, const char *schema);
 
 #endif

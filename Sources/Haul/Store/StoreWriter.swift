@@ -322,41 +322,21 @@ package final class StoreWriter: Sendable {
         }
         let owner = self.owner
         if jobs.contains(where: { !$0.operations.isEmpty || $0.last != nil }) { self.store.willWriteTransfers() }
-        let store = self.store
         self.store.database.asyncWriteWithoutTransaction { db in
-            var statements = StoreStatements(ownSliceEntries: store.ownSliceEntries)
             let result = Result { () throws -> Set<TransferID> in
                 try Self.inImmediateTransaction(db) {
                     var leased: Set<TransferID> = []
-                    // By index, jobs and operations: iterating would copy each job, and each operation (a row's dozen
-                    // strings), out of its array.
+                    // By index, jobs and operations: iterating would copy each job, and each operation, out of its
+                    // array.
                     for job in jobs.indices {
                         let operations = jobs[job].operations
-                        var index = operations.startIndex
-                        while index < operations.endIndex {
-                            // A run of inserts (a batch being added, with the reopenings of completed rows among
-                            // them) goes in bulk; neither gives a lease up.
-                            var end = index
-                            while end < operations.endIndex, operations[end].runsWithInserts { end += 1 }
-                            if end - index >= StoreOperation.bulkInsertRows.last! {
-                                let run = operations[index..<end]
-                                leased.formUnion(
-                                    try StoreOperation.applyInserts(run, db, owner: owner, statements: &statements)
-                                )
-                                index = end
-                                continue
-                            }
-                            try Self.apply(operations[index], db, owner, &statements, &leased)
-                            index += 1
+                        for index in operations.indices {
+                            try Self.apply(operations[index], db, owner, &leased)
                         }
-                        if let last = jobs[job].last { try Self.apply(last, db, owner, &statements, &leased) }
-                        if let body = jobs[job].body {
-                            // A claim reads the rows as the operations before it left them.
-                            try statements.writeCompletions(db)
-                            try body(db)
-                        }
+                        if let last = jobs[job].last { try Self.apply(last, db, owner, &leased) }
+                        // A claim reads the rows as the operations before it left them.
+                        if let body = jobs[job].body { try body(db) }
                     }
-                    try statements.writeCompletions(db)
                     return leased
                 }
             }
@@ -364,7 +344,6 @@ package final class StoreWriter: Sendable {
             case .success(let leased):
                 if !leased.isEmpty { self.recordLeases(leased) }
             case .failure(let error):
-                statements.rolledBack()
                 self.lastErrorBox.withLockedValue { $0 = error }
             }
             self.complete(jobs)
@@ -395,10 +374,9 @@ package final class StoreWriter: Sendable {
         _ operation: StoreOperation,
         _ db: Database,
         _ owner: String,
-        _ statements: inout StoreStatements,
         _ leased: inout Set<TransferID>
     ) throws {
-        if try operation.apply(db, owner: owner, statements: &statements), let id = operation.insertedID {
+        if try operation.apply(db, owner: owner), let id = operation.insertedID {
             leased.insert(id)
         }
         if let id = operation.releasedLease { leased.remove(id) }

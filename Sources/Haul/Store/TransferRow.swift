@@ -173,699 +173,82 @@ extension TransferRow {
     }
 }
 
-/// A change to the store, queued by the manager and written in batches by ``StoreWriter``.
-package enum StoreOperation: Sendable {
-    /// A transfer's row, inserted (or, when the store has it, updated as ``SQLText/insert`` says) as item `position`
-    /// of a batch: see ``insertItem(batchID:position:row:)``.
-    case insert(InsertedRow)
-    /// A transfer the store records in full already joins a batch: a completed file, found unchanged, in a batch
-    /// submitted again. Its row stays as it is (an ``insert(_:)`` would leave it so too: a completed row is no one's
-    /// to change, see ``apply(_:owner:statements:)``).
-    case joinBatch(batchID: BatchID, position: Int, TransferID)
-    /// A completed transfer whose file is gone (deleted, or changed since) is submitted again: its row goes back to
-    /// waiting, with its lease free, so that the ``insert(_:)`` after it takes the row and its lease as it takes a
-    /// new one (without it, the insert leaves a completed row alone, and each transfer claimed its lease in a
-    /// transaction of its own before its request). Only when the row is as it was read (`completedAt`, its
-    /// `updatedAt` then) and no one holds its lease: the holder `staleHolder`, whose process is gone, counts as no one.
-    /// Otherwise it changes nothing, and the transfer's claim settles it as before.
-    case reopen(TransferID, completedAt: Double, staleHolder: String?)
-    case state(TransferID, TransferState, attempts: Int)
-    case validator(TransferID, etag: String?, lastModified: String?, totalSize: Int64?)
-    case checkpoint(TransferID, bytesOnDisk: Int64)
-    case completed(TransferID, CompletedFile, modified: Double?)
-    /// The finished file is about to be renamed to `finalPath`: the completion is recorded in full before the rename
-    /// (one statement per file, not a record of the path and then one of the completion), so that a process killed
-    /// right after the rename still knows, on the next run, that the file there is this transfer's: it has the
-    /// recorded size and modification time (a rename keeps both). Until the rename is done the row says completed
-    /// but the file is not there yet, so the lease is kept (renewed), not released: another process sharing the
-    /// store waits rather than downloading the same file; the lease lapses on its own (it expires, or its process
-    /// or manager is gone: ``LeaseOwner/isAlive(_:)``).
-    case publishing(TransferID, finalPath: String, size: Int64, sha256: String?, modified: Double?)
-    /// Frees a lease whose holder is gone.
-    case releaseLease(TransferID, holder: String)
-    case failed(TransferID, HaulError, attempts: Int)
-    /// Every item of an open batch has been added.
-    case listComplete(BatchID)
+extension TransferRow: PersistableRecord {
+    package static let databaseTableName = "transfer"
 
-    /// Inserts `row` as item `position` of batch `batchID`.
-    package static func insertItem(batchID: BatchID, position: Int, row: TransferRow) -> StoreOperation {
-        .insert(InsertedRow(batchID: batchID, position: position, row: row, id: TransferID(row.id)))
-    }
-
-    /// Applies the operation as `owner`. The holder of a transfer's lease changes its row; while no one holds it
-    /// (or the lease expired), anyone may, unless the row says completed: a manager waiting for another never
-    /// overwrites the other's result. Every settled state releases the lease, except a completion recorded before its
-    /// rename (``publishing``), which keeps it until it lapses.
-    ///
-    /// - Returns: whether the operation gave `owner` the transfer's lease: an inserted row in state `waiting` is
-    ///   leased to its inserter at once (when no one else holds it), so that starting it needs no claim of its own.
-    @discardableResult
-    func apply(_ db: Database, owner: String, statements: inout StoreStatements) throws -> Bool {
-        let now = Date().timeIntervalSince1970
-        switch self {
-        case .insert(let item):
-            let leases = item.row.state == TransferState.waiting.description
-            // A transfer a slice holds meets its insert as the row it stands for: written out first when the insert
-            // may change it, left where it is (only the batch entry written) when the insert would not.
-            if try statements.holdsSlices(db),
-                try db.count(SQLText.rowCount, &statements, { bind in bind.bind(item.id) }) == 0,
-                let sliced = try TransferStore.slicedRows([item.row.id], in: db)[0]
-            {
-                let mine =
-                    sliced.leaseOwner == owner
-                    || ((sliced.leaseOwner == nil || (sliced.leaseExpires ?? 0) < now)
-                        && sliced.state != TransferState.completed.description)
-                guard mine else {
-                    return try StoreOperation.joinBatch(batchID: item.batchID, position: item.position, item.id)
-                        .apply(db, owner: owner, statements: &statements)
-                }
-                statements.forgetOwnSliceEntry(item.id)
-                try db.run(SQLText.promote, &statements) { bind in bind.all(of: sliced) }
-            }
-            try db.run(SQLText.insert[0], &statements) { bind in
-                bind.insertValues(of: item, owner: owner, now: now)
-                bind.mine(owner, now)
-            }
-            let leased = leases && db.changesCount > 0
-            try db.run(SQLText.batchEntry, &statements) { bind in
-                bind.bind(item.batchID.rawValue)
-                bind.bind(item.position)
-                bind.bind(item.row.id)
-            }
-            return leased
-        case .joinBatch(let batchID, let position, let id):
-            try db.run(SQLText.batchEntry, &statements) { bind in
-                bind.bind(batchID.rawValue)
-                bind.bind(position)
-                bind.bind(id)
-            }
-        case .reopen(let id, let completedAt, let staleHolder):
-            try db.run(SQLText.reopen, changing: id, as: owner, &statements) { bind in
-                bind.bind(id)
-                bind.bind(completedAt)
-                bind.bind(now)
-                bind.bind(staleHolder)
-            }
-        case .state(let id, let state, let attempts):
-            // Waiting keeps the lease the insert took (see ``insert(_:)``); running renews nothing here either.
-            let releases = state != .running && state != .waiting
-            try db.run(releases ? SQLText.stateReleasingLease : SQLText.state, changing: id, as: owner, &statements) {
-                bind in
-                bind.bind(state.description)
-                bind.bind(attempts)
-                bind.bind(now)
-                if releases { bind.bind(owner) }
-                bind.bind(id)
-                bind.mine(owner, now)
-            }
-        case .validator(let id, let etag, let lastModified, let totalSize):
-            try db.run(SQLText.validator, changing: id, as: owner, &statements) { bind in
-                bind.bind(etag)
-                bind.bind(lastModified)
-                bind.bind(totalSize)
-                bind.bind(now)
-                bind.bind(id)
-                bind.mine(owner, now)
-            }
-        case .checkpoint(let id, let bytes):
-            // A checkpoint also renews the lease.
-            try db.run(SQLText.checkpoint, changing: id, as: owner, &statements) { bind in
-                bind.bind(bytes)
-                bind.bind(now)
-                bind.bind(now + TransferStore.leaseDuration)
-                bind.bind(id)
-                bind.bind(owner)
-            }
-        case .completed(let id, let file, let modified):
-            try db.run(SQLText.completed, changing: id, as: owner, &statements) { bind in
-                bind.bind(file.byteCount)
-                bind.bind(file.byteCount)
-                bind.bind(file.path.path)
-                bind.bind(file.byteCount)
-                bind.bind(modified)
-                bind.bind(file.sha256)
-                bind.bind(now)
-                bind.bind(owner)
-                bind.bind(id)
-                bind.mine(owner, now)
-            }
-        case .publishing(let id, let finalPath, let size, let sha256, let modified):
-            // Sliced by this manager and still there: recorded in its slice with the transaction's others. No other
-            // process writes a sliced transfer out while its slice's lease lasts (an insert leaves it, a claim finds
-            // it held); after, one may have taken it over, and its row is then the one to change.
-            if let place = statements.takeOwnSliceEntry(id, owner: owner),
-                try now < place.leaseExpires || db.count(SQLText.rowCount, &statements, { $0.bind(id) }) == 0
-            {
-                let completion = SliceCompletion(
-                    entry: place.entry,
-                    finalPath: finalPath,
-                    size: size,
-                    sha256: sha256,
-                    modified: modified
-                )
-                statements.record(completion, inSlice: place.slice, owner: owner)
-                return false
-            }
-            try db.run(SQLText.publishing, changing: id, as: owner, &statements) { bind in
-                bind.bind(size)
-                bind.bind(finalPath)
-                bind.bind(modified)
-                bind.bind(sha256)
-                bind.bind(now)
-                bind.bind(owner)
-                bind.bind(now + TransferStore.leaseDuration)
-                bind.bind(id)
-            }
-        case .releaseLease(let id, let holder):
-            try db.run(SQLText.releaseLease, changing: id, as: owner, &statements) { bind in
-                bind.bind(id)
-                bind.bind(holder)
-            }
-        case .failed(let id, let error, let attempts):
-            try db.run(SQLText.failed, changing: id, as: owner, &statements) { bind in
-                bind.bind(error.code.description)
-                bind.bind(error.message)
-                bind.bind(error.httpStatus)
-                bind.bind(attempts)
-                bind.bind(now)
-                bind.bind(owner)
-                bind.bind(id)
-                bind.mine(owner, now)
-            }
-        case .listComplete(let batchID):
-            try db.run(SQLText.listComplete, &statements) { bind in bind.bind(batchID.rawValue) }
-        }
-        return false
-    }
-
-    /// Applies a run of ``insert(_:)`` operations (any other operation in it is a programming error) with one
-    /// statement per table for every ``bulkInsertRows`` of them: the same rows as one at a time, for about half the
-    /// writer's cost per row (each statement has its fixed cost: binding checks, a step, a reset).
-    ///
-    /// - Returns: the transfers whose lease `owner` took, as ``apply(_:owner:statements:)`` reports them one at a
-    ///   time. When a statement changed fewer rows than it held (a row another manager holds), none of its rows count
-    ///   as leased: they are claimed before their requests, as usual.
-    static func applyInserts(
-        _ operations: ArraySlice<StoreOperation>,
-        _ db: Database,
-        owner: String,
-        statements: inout StoreStatements
-    ) throws -> [TransferID] {
-        if operations.contains(where: { !$0.isInsert }) {
-            // Each reopening before the inserts, then the inserts in bulk: a reopening concerns its own transfer's
-            // row only, and comes before that row's insert either way.
-            for operation in operations where !operation.isInsert {
-                try operation.apply(db, owner: owner, statements: &statements)
-            }
-            return try Self.applyInserts(
-                ArraySlice(operations.filter(\.isInsert)),
-                db,
-                owner: owner,
-                statements: &statements
-            )
-        }
-        var leased: [TransferID] = []
-        var start = operations.startIndex
-        for (level, size) in bulkInsertRows.enumerated() {
-            while operations.endIndex - start >= size {
-                let chunk = operations[start..<(start + size)]
-                let now = Date().timeIntervalSince1970
-                let shared = Self.sharedInsert(chunk)
-                if let first = shared,
-                    try Self.insertSlice(chunk, first: first, db, owner: owner, now: now, statements: &statements)
-                {
-                    for index in chunk.indices {
-                        if case .insert(let item) = chunk[index] { leased.append(item.id) }
-                    }
-                    start += size
-                    continue
-                }
-                // A chunk with a transfer that a slice holds goes one insert at a time (see `apply`).
-                if try statements.holdsSlices(db),
-                    try TransferStore.slicePlaces(chunk.indices.compactMap { chunk[$0].insertedID?.rawValue }, in: db)
-                        .contains(where: { $0 != nil })
-                {
-                    try Self.applyEach(chunk, db, owner: owner, statements: &statements, leased: &leased)
-                    start += size
-                    continue
-                }
-                if let first = shared {
-                    try db.run(SQLText.sharedInsert[level], &statements) { bind in
-                        bind.sharedInsertValues(of: first, leaseOwner: owner, now: now)
-                        for index in chunk.indices {
-                            guard case .insert(let item) = chunk[index] else { continue }
-                            bind.ownInsertValues(of: item)
-                        }
-                    }
-                } else {
-                    try db.run(SQLText.insert[level + 1], &statements) { bind in
-                        for index in chunk.indices {
-                            guard case .insert(let item) = chunk[index] else { continue }
-                            bind.insertValues(of: item, owner: owner, now: now)
-                        }
-                        bind.mine(owner, now)
-                    }
-                }
-                if db.changesCount == size {
-                    for index in chunk.indices {
-                        if case .insert(let item) = chunk[index], item.row.state == TransferState.waiting.description {
-                            leased.append(item.id)
-                        }
-                    }
-                }
-                try Self.insertEntries(chunk, level: level, db, statements: &statements)
-                start += size
-            }
-        }
-        try Self.applyEach(operations[start...], db, owner: owner, statements: &statements, leased: &leased)
-        return leased
-    }
-
-    /// Applies `operations` one at a time, adding to `leased` each transfer whose lease an insert took.
-    private static func applyEach(
-        _ operations: ArraySlice<StoreOperation>,
-        _ db: Database,
-        owner: String,
-        statements: inout StoreStatements,
-        leased: inout [TransferID]
-    ) throws {
-        for index in operations.indices {
-            if try operations[index].apply(db, owner: owner, statements: &statements),
-                let id = operations[index].insertedID
-            {
-                leased.append(id)
-            }
-        }
-    }
-
-    /// Inserts the batch entries of `chunk`, a run of ``StoreOperation/bulkInsertRows``[`level`] inserts, in one
-    /// statement: with the batch's number bound once when the rows share it (they nearly always do).
-    private static func insertEntries(
-        _ chunk: ArraySlice<StoreOperation>,
-        level: Int,
-        _ db: Database,
-        statements: inout StoreStatements
-    ) throws {
-        guard case .insert(let first) = chunk.first else { return }
-        let batchID = first.batchID
-        let shared = chunk.allSatisfy { operation in
-            if case .insert(let item) = operation { item.batchID == batchID } else { false }
-        }
-        try db.run(shared ? SQLText.sharedBatchEntries[level] : SQLText.batchEntries[level], &statements) { bind in
-            if shared { bind.bind(batchID.rawValue) }
-            for index in chunk.indices {
-                guard case .insert(let item) = chunk[index] else { continue }
-                if !shared { bind.bind(item.batchID.rawValue) }
-                bind.bind(item.position)
-                bind.bind(item.row.id)
-            }
-        }
-    }
-
-    /// The first row of `chunk` when every row in it is a new waiting row with the same values as that one in the
-    /// columns ``SQLText/sharedInsert`` binds once (a batch's rows, nearly always): the statement then binds 9 values
-    /// a row instead of 21.
-    static func sharedInsert(_ chunk: ArraySlice<StoreOperation>) -> InsertedRow? {
-        guard case .insert(let first) = chunk.first, first.row.state == TransferState.waiting.description else {
-            return nil
-        }
-        let row = first.row
-        for index in chunk.indices.dropFirst() {
-            guard case .insert(let item) = chunk[index] else { return nil }
-            let other = item.row
-            guard other.state == row.state, other.destinationKind == row.destinationKind,
-                other.destinationPath == row.destinationPath, other.folder == row.folder,
-                other.usesContentDisposition == row.usesContentDisposition,
-                other.conflictPolicy == row.conflictPolicy, other.headers == row.headers,
-                other.computesSHA256 == row.computesSHA256, other.operation == row.operation
-            else { return nil }
-        }
-        return first
-    }
-
-    /// How many rows one bulk insert statement holds, largest first (a run is cut into these; the rest, fewer than
-    /// the smallest, one at a time). Each size is a prepared statement of its own.
-    static let bulkInsertRows = [32, 8]
-
-    /// Whether this operation inserts a row.
-    var isInsert: Bool {
-        if case .insert = self { true } else { false }
-    }
-
-    /// Whether this operation goes in a run for ``applyInserts(_:_:owner:statements:)``: an insert, or a reopening
-    /// before one.
-    var runsWithInserts: Bool {
-        switch self {
-        case .insert, .reopen: true
-        default: false
-        }
-    }
-
-    /// The transfer whose row this operation inserts, if it does.
-    var insertedID: TransferID? {
-        if case .insert(let item) = self { item.id } else { nil }
-    }
-
-    /// The transfer whose lease this operation gives up, if it does (a settled state, a pause, a retry wait).
-    var releasedLease: TransferID? {
-        switch self {
-        case .state(let id, let state, _): state == .running || state == .waiting ? nil : id
-        case .completed(let id, _, _), .failed(let id, _, _): id
-        case .insert, .joinBatch, .reopen, .validator, .checkpoint, .publishing, .releaseLease, .listComplete: nil
-        }
-    }
-}
-
-/// The row of an ``StoreOperation/insert(_:)``, held by reference: operations are copied into the writer's queue and
-/// out of it, and a reference is one retain where two dozen fields inline were a dozen.
-package final class InsertedRow: Sendable {
-    let batchID: BatchID
-    let position: Int
-    let row: TransferRow
-    /// The row's identifier (`row.id`), read once: a claim compares it with its own.
-    let id: TransferID
-
-    init(batchID: BatchID, position: Int, row: TransferRow, id: TransferID) {
-        self.batchID = batchID
-        self.position = position
-        self.row = row
-        self.id = id
-    }
-}
-
-extension StatementBinder {
-    /// Binds every column of `row`, in the order of ``TransferRow/columns``.
-    mutating func all(of row: TransferRow) {
-        self.bind(row.id)
-        self.bind(row.url)
-        self.bind(row.destinationKind)
-        self.bind(row.destinationPath)
-        self.bind(row.folder)
-        self.bind(row.nameComponents)
-        self.bind(row.usesContentDisposition)
-        self.bind(row.conflictPolicy)
-        self.bind(row.headers)
-        self.bind(row.checksum)
-        self.bind(row.expectedSize)
-        self.bind(row.computesSHA256)
-        self.bind(row.state)
-        self.bind(row.bytesOnDisk)
-        self.bind(row.totalSize)
-        self.bind(row.etag)
-        self.bind(row.lastModified)
-        self.bind(row.attempts)
-        self.bind(row.updatedAt)
-        self.bind(row.finalPath)
-        self.bind(row.finalSize)
-        self.bind(row.finalModified)
-        self.bind(row.sha256)
-        self.bind(row.errorCode)
-        self.bind(row.errorMessage)
-        self.bind(row.httpStatus)
-        self.bind(row.leaseOwner)
-        self.bind(row.leaseExpires)
-        self.bind(row.operation)
-    }
-
-    /// Binds the two parameters of ``SQLText/mine``: the owner, then now.
-    mutating func mine(_ owner: String, _ now: Double) {
-        self.bind(owner)
-        self.bind(now)
-    }
-
-    /// Binds the values a batch's rows share in an insert (``SQLText/insert``, ``SQLText/sharedInsert``), as
-    /// `item`'s row has them, leased to `leaseOwner` (none: no lease). The row's fields are read where they are: a
-    /// row passed as a value was copied out of its `InsertedRow` (a retain and a release of each of its strings).
-    mutating func sharedInsertValues(of item: InsertedRow, leaseOwner: String?, now: Double) {
-        self.bind(item.row.destinationKind)
-        self.bind(item.row.destinationPath)
-        self.bind(item.row.folder)
-        self.bind(item.row.usesContentDisposition)
-        self.bind(item.row.conflictPolicy)
-        self.bind(item.row.headers)
-        self.bind(item.row.computesSHA256)
-        self.bind(item.row.state)
-        self.bind(now)
-        self.bind(item.row.operation)
-        self.bind(leaseOwner)
-        self.bind(leaseOwner == nil ? nil : now + TransferStore.insertLeaseDuration)
-    }
-
-    /// Binds one row's own values in an insert (``SQLText/insert``, ``SQLText/sharedInsert``).
-    mutating func ownInsertValues(of item: InsertedRow) {
-        self.bind(item.row.id)
-        self.bind(item.row.url)
-        self.bind(item.row.nameComponents)
-        self.bind(item.row.checksum)
-        self.bind(item.row.expectedSize)
-        self.bind(item.row.bytesOnDisk)
-        self.bind(item.row.totalSize)
-        self.bind(item.row.etag)
-        self.bind(item.row.lastModified)
-    }
-
-    /// Binds all of one row's values in ``SQLText/insert``: a row in state `waiting` is leased to `owner`.
-    mutating func insertValues(of item: InsertedRow, owner: String, now: Double) {
-        self.ownInsertValues(of: item)
-        let leases = item.row.state == TransferState.waiting.description
-        self.sharedInsertValues(of: item, leaseOwner: leases ? owner : nil, now: now)
-    }
-}
-
-/// One of the store's statements: its text, and its number among them (its place in a ``StoreStatements``).
-struct StoreSQL: Sendable {
-    let number: Int
-    let text: String
-}
-
-/// The store's statements, built once: GRDB keeps them prepared by their text, so the text stays constant.
-enum SQLText {
-    /// How many statements there are (their numbers run from 0 to one less).
-    static let count = all.count
-    /// Every statement (their numbers are each one's own: a test checks it).
-    static var all: [StoreSQL] {
-        insert + [batchEntry] + batchEntries + sharedInsert + sharedBatchEntries + [
-            state, stateReleasingLease, validator, checkpoint, completed, publishing, releaseLease, reopen, failed,
-            listComplete, sliceProbe, sliceInsert, sliceEntries, sliceResult, promote, rowCount,
-        ]
-    }
-
-    /// How many requests a slice holds: a bulk insert's largest run (``StoreOperation/bulkInsertRows``).
-    static let sliceSize = StoreOperation.bulkInsertRows[0]
-    /// How many of a slice's identifiers (bound once each) the store holds already, as rows or in slices.
-    static let sliceProbe = StoreSQL(
-        number: 20,
-        text: {
-            let ids = (1...sliceSize).map { "?\($0)" }.joined(separator: ", ")
-            return "SELECT (SELECT COUNT(*) FROM transfer WHERE id IN (\(ids))) "
-                + "+ (SELECT COUNT(*) FROM sliceEntry WHERE id IN (\(ids)))"
-        }()
-    )
-    static let sliceInsert = StoreSQL(
-        number: 21,
-        text: """
-            INSERT INTO slice (batchID, position, destinationKind, destinationPath, folder, usesContentDisposition,
-                conflictPolicy, headers, computesSHA256, operation, updatedAt, leaseOwner, leaseExpires, entries)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """
-    )
-    /// A slice's identifiers, the slice bound once (first), then each identifier in the order of its entries.
-    static let sliceEntries = StoreSQL(
-        number: 22,
-        text: "INSERT INTO sliceEntry (id, slice, entry) VALUES "
-            + (0..<sliceSize).map { "(?\($0 + 2), ?1, \($0))" }.joined(separator: ", ")
-    )
-    static let sliceResult = StoreSQL(
-        number: 23,
-        text: "INSERT INTO sliceResult (slice, updatedAt, leaseOwner, leaseExpires, records) VALUES (?, ?, ?, ?, ?)"
-    )
-    /// A row written out whole (``StatementBinder/all(of:)``), unless the store has a row for its transfer.
-    static let promote = StoreSQL(
-        number: 24,
-        text: "INSERT OR IGNORE INTO transfer (\(TransferRow.columns)) VALUES ("
-            + Array(repeating: "?", count: 29).joined(separator: ", ") + ")"
-    )
-    /// Whether the store has a row for a transfer (1) or not (0).
-    static let rowCount = StoreSQL(number: 25, text: "SELECT COUNT(*) FROM transfer WHERE id = ?")
-
-    /// A transfer this manager may write: its lease is this manager's, or free (or expired) on an unsettled row. Binds
-    /// the owner, then now.
-    static let mine = mine(owner: "?", now: "?")
-
-    /// ``mine`` with its owner and now read from the parameters `owner` and `now` (numbered ones, which a statement
-    /// binds once and refers to again).
-    static func mine(owner: String, now: String) -> String {
-        "(leaseOwner = \(owner) OR ((leaseOwner IS NULL OR leaseExpires < \(now)) AND state != 'completed'))"
-    }
-
-    /// Gives the lease up when this manager holds it. Binds the owner.
-    static let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
-
-    /// Inserts rows (one, then each of ``StoreOperation/bulkInsertRows``), each row bound by
-    /// ``StatementBinder/ownInsertValues(of:)`` and then ``StatementBinder/sharedInsertValues(of:leaseOwner:now:)``,
-    /// then the two of ``mine``.
-    static let insert = ([1] + StoreOperation.bulkInsertRows).enumerated().map { number, rows in
-        let perRow = ownInsertColumns + sharedInsertColumns
-        return StoreSQL(
-            number: number,
-            text: insertText(
-                rows: (0..<rows).map { row in
-                    insertValues(
-                        own: (1...ownInsertColumns).map { "?\(row * perRow + $0)" },
-                        shared: (1...sharedInsertColumns).map { "?\(row * perRow + ownInsertColumns + $0)" }
-                    )
-                },
-                owner: "?\(rows * perRow + 1)",
-                now: "?\(rows * perRow + 2)"
-            )
-        )
-    }
-    /// ``insert``'s bulk statements for rows that share all but their own values: the values they share are bound
-    /// once, as numbered parameters every row refers to (``StatementBinder/sharedInsertValues(of:leaseOwner:now:)``,
-    /// then ``StatementBinder/ownInsertValues(of:)`` for each row), and ``mine`` reads the owner and now from them.
-    /// On 2,000 small files, 24,000 bindings fewer.
-    static let sharedInsert = StoreOperation.bulkInsertRows.enumerated().map { level, rows in
-        let shared = (1...sharedInsertColumns).map { "?\($0)" }
-        return StoreSQL(
-            number: 16 + level,
-            text: insertText(
-                rows: (0..<rows).map { row in
-                    insertValues(
-                        own: (1...ownInsertColumns).map { "?\(sharedInsertColumns + row * ownInsertColumns + $0)" },
-                        shared: shared
-                    )
-                },
-                owner: shared[sharedLeaseOwnerIndex],
-                now: shared[sharedNowIndex]
-            )
-        )
-    }
-
-    /// How many values ``StatementBinder/ownInsertValues(of:)`` binds.
-    static let ownInsertColumns = 9
-    /// How many values ``StatementBinder/sharedInsertValues(of:leaseOwner:now:)`` binds.
-    static let sharedInsertColumns = 12
-    /// Where ``StatementBinder/sharedInsertValues(of:leaseOwner:now:)`` binds the time and the lease's owner, which
-    /// ``sharedInsert``'s ``mine`` reads.
-    private static let sharedNowIndex = 8
-    private static let sharedLeaseOwnerIndex = 10
-
-    /// One row's values in an insert, from the parameters of its own values and of those a batch's rows share, each
-    /// in the order its binding function binds them.
-    private static func insertValues(own: [String], shared: [String]) -> String {
-        "(\(own[0]), \(own[1]), \(shared[0]), \(shared[1]), \(shared[2]), \(own[2]), \(shared[3]), \(shared[4]), "
-            + "\(shared[5]), \(own[3]), \(own[4]), \(shared[6]), \(shared[7]), \(own[5]), \(own[6]), \(own[7]), "
-            + "\(own[8]), 0, \(shared[8]), \(shared[9]), \(shared[10]), \(shared[11]))"
-    }
-
-    /// An insert of `rows` (each from ``insertValues(own:shared:)``) that updates a row the store has when it is
-    /// ``mine`` for the parameters `owner` and `now`.
-    private static func insertText(rows: [String], owner: String, now: String) -> String {
+    /// Every column, in the order of the table.
+    static let columns = """
+        id, url, destinationKind, destinationPath, folder, nameComponents, usesContentDisposition, conflictPolicy,
+        headers, checksum, expectedSize, computesSHA256, state, bytesOnDisk, totalSize, etag, lastModified, attempts,
+        updatedAt, finalPath, finalSize, finalModified, sha256, errorCode, errorMessage, httpStatus, leaseOwner,
+        leaseExpires, operation
         """
-        INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
-            usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-            bytesOnDisk, totalSize, etag, lastModified, attempts, updatedAt, operation, leaseOwner, leaseExpires)
-        VALUES \(rows.joined(separator: ", "))
-        ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
-            checksum = excluded.checksum, expectedSize = excluded.expectedSize,
-            operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
-            updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner, leaseExpires = excluded.leaseExpires
-        WHERE \(mine(owner: owner, now: now))
-        """
-    }
 
-    static let batchEntry = StoreSQL(
-        number: 3,
-        text: "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES (?, ?, ?)"
-    )
-    /// ``batchEntry`` for each of ``StoreOperation/bulkInsertRows`` rows.
-    static let batchEntries = StoreOperation.bulkInsertRows.enumerated().map { level, rows in
-        StoreSQL(
-            number: 4 + level,
-            text: "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES "
-                + Array(repeating: "(?, ?, ?)", count: rows).joined(separator: ", ")
+    /// Reads a row selected with ``columns``, by name; a `NULL` where a value is required reads as SQLite converts it.
+    package init(row: Row) {
+        self.init(
+            id: row["id"] ?? "",
+            url: row["url"] ?? "",
+            destinationKind: row["destinationKind"] ?? "",
+            destinationPath: row["destinationPath"] ?? "",
+            folder: row["folder"] ?? "",
+            nameComponents: row["nameComponents"] ?? "[]",
+            usesContentDisposition: row["usesContentDisposition"] ?? false,
+            conflictPolicy: row["conflictPolicy"] ?? "",
+            headers: row["headers"] ?? "[]",
+            checksum: row["checksum"],
+            expectedSize: row["expectedSize"],
+            computesSHA256: row["computesSHA256"] ?? false,
+            state: row["state"] ?? "",
+            bytesOnDisk: row["bytesOnDisk"] ?? 0,
+            totalSize: row["totalSize"],
+            etag: row["etag"],
+            lastModified: row["lastModified"],
+            attempts: row["attempts"] ?? 0,
+            updatedAt: row["updatedAt"] ?? 0,
+            finalPath: row["finalPath"],
+            finalSize: row["finalSize"],
+            finalModified: row["finalModified"],
+            sha256: row["sha256"],
+            errorCode: row["errorCode"],
+            errorMessage: row["errorMessage"],
+            httpStatus: row["httpStatus"],
+            leaseOwner: row["leaseOwner"],
+            leaseExpires: row["leaseExpires"],
+            operation: row["operation"] ?? StoredOperation.downloadJSON
         )
     }
-    /// ``batchEntries`` for rows of one batch, its number bound once (first), then each row's position and transfer.
-    static let sharedBatchEntries = StoreOperation.bulkInsertRows.enumerated().map { level, rows in
-        StoreSQL(
-            number: 18 + level,
-            text: "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES "
-                + (0..<rows).map { "(?1, ?\(2 * $0 + 2), ?\(2 * $0 + 3))" }.joined(separator: ", ")
-        )
-    }
-    static let state = StoreSQL(
-        number: 6,
-        text: """
-            UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ? WHERE id = ? AND \(mine)
-            """
-    )
-    static let stateReleasingLease = StoreSQL(
-        number: 7,
-        text: """
-            UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
-            """
-    )
-    static let validator = StoreSQL(
-        number: 8,
-        text: """
-            UPDATE transfer SET etag = ?, lastModified = ?, totalSize = ?, updatedAt = ? WHERE id = ? AND \(mine)
-            """
-    )
-    static let checkpoint = StoreSQL(
-        number: 9,
-        text: """
-            UPDATE transfer SET bytesOnDisk = ?, updatedAt = ?, leaseExpires = ? WHERE id = ? AND leaseOwner = ?
-            """
-    )
-    static let completed = StoreSQL(
-        number: 10,
-        text: """
-            UPDATE transfer SET state = 'completed', bytesOnDisk = ?, totalSize = ?, finalPath = ?,
-                finalSize = ?, finalModified = ?, sha256 = ?, errorCode = NULL, errorMessage = NULL,
-                httpStatus = NULL, updatedAt = ?, \(release) WHERE id = ? AND \(mine)
-            """
-    )
-    static let publishing = StoreSQL(
-        number: 11,
-        text: """
-            UPDATE transfer SET state = 'completed', bytesOnDisk = ?1, totalSize = ?1, finalPath = ?2, finalSize = ?1,
-                finalModified = ?3, sha256 = ?4, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
-                updatedAt = ?5, leaseOwner = ?6, leaseExpires = ?7
-            WHERE id = ?8 AND \(mine(owner: "?6", now: "?5"))
-            """
-    )
-    static let releaseLease = StoreSQL(
-        number: 12,
-        text: "UPDATE transfer SET leaseOwner = NULL, leaseExpires = NULL WHERE id = ? AND leaseOwner = ?"
-    )
-    /// Binds the id, the `updatedAt` read, now, and the holder whose process is gone (or `NULL`).
-    static let reopen = StoreSQL(
-        number: 13,
-        text: """
-            UPDATE transfer SET state = 'waiting', leaseOwner = NULL, leaseExpires = NULL
-            WHERE id = ? AND state = 'completed' AND updatedAt = ?
-                AND (leaseOwner IS NULL OR leaseExpires < ? OR leaseOwner = ?)
-            """
-    )
-    static let failed = StoreSQL(
-        number: 14,
-        text: """
-            UPDATE transfer SET state = 'failed', errorCode = ?, errorMessage = ?, httpStatus = ?,
-                attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
-            """
-    )
-    static let listComplete = StoreSQL(
-        number: 15,
-        text: "UPDATE batch SET listComplete = 1 WHERE id = ?"
-    )
-}
 
-extension Database {
-    /// `execute(sql:arguments:)` through the statement cache: the store's statements are few and constant, and
-    /// preparing one costs more than running it (SQLite's parser and GRDB's authorizer, per the profile).
-    func executeCached(sql: String, arguments: StatementArguments = StatementArguments()) throws {
-        try self.cachedStatement(sql: sql).execute(arguments: arguments)
+    package func encode(to container: inout PersistenceContainer) {
+        container["id"] = self.id
+        container["url"] = self.url
+        container["destinationKind"] = self.destinationKind
+        container["destinationPath"] = self.destinationPath
+        container["folder"] = self.folder
+        container["nameComponents"] = self.nameComponents
+        container["usesContentDisposition"] = self.usesContentDisposition
+        container["conflictPolicy"] = self.conflictPolicy
+        container["headers"] = self.headers
+        container["checksum"] = self.checksum
+        container["expectedSize"] = self.expectedSize
+        container["computesSHA256"] = self.computesSHA256
+        container["state"] = self.state
+        container["bytesOnDisk"] = self.bytesOnDisk
+        container["totalSize"] = self.totalSize
+        container["etag"] = self.etag
+        container["lastModified"] = self.lastModified
+        container["attempts"] = self.attempts
+        container["updatedAt"] = self.updatedAt
+        container["finalPath"] = self.finalPath
+        container["finalSize"] = self.finalSize
+        container["finalModified"] = self.finalModified
+        container["sha256"] = self.sha256
+        container["errorCode"] = self.errorCode
+        container["errorMessage"] = self.errorMessage
+        container["httpStatus"] = self.httpStatus
+        container["leaseOwner"] = self.leaseOwner
+        container["leaseExpires"] = self.leaseExpires
+        container["operation"] = self.operation
     }
 }
 
