@@ -36,10 +36,12 @@ let package = Package(
         // C functions Swift cannot reach: an atomic no-replace rename, the terminal's width (ioctl is variadic) and
         // SQLite's setting that keeps the write-ahead log on close (sqlite3_db_config is variadic).
         .target(name: "CHaulSystem", linkerSettings: [.linkedLibrary("sqlite3")]),
+        // A keep-alive HTTP/1.1 client on SwiftNIO alone, for plain-http downloads.
+        .target(name: "HaulHTTP1", dependencies: nioOnEventLoops),
         .target(
             name: "Haul",
             dependencies: [
-                "CHaulSystem",
+                "CHaulSystem", "HaulHTTP1",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -89,7 +91,7 @@ let package = Package(
         .testTarget(
             name: "HaulTests",
             dependencies: [
-                "Haul", "HaulTesting", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                "Haul", "HaulHTTP1", "HaulTesting", .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -98,6 +100,10 @@ let package = Package(
             ],
             // A state database written by an earlier release, which the store must still open and migrate.
             resources: [.copy("Fixtures")]
+        ),
+        .testTarget(
+            name: "HaulHTTP1Tests",
+            dependencies: ["HaulHTTP1", "HaulTesting"] + nioOnEventLoops
         ),
         .testTarget(
             name: "HaulIntegrationTests",

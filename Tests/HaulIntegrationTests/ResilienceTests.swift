@@ -478,7 +478,7 @@ struct ResilienceTests {
         try await FaultInjectingServer.withServer(resources: ["/file": resource]) { server in
             try await withTemporaryDirectory { folder in
                 let request = TransferRequest(url: server.url("/file"), into: folder)
-                let configuration = TransferManager.Configuration.retrying(idleTimeout: .seconds(1))
+                let configuration = TransferManager.Configuration.retrying(idleTimeout: .seconds(3))
                 let report = try await TransferManager.withTransferManager(configuration: configuration) { manager in
                     try await manager.enqueue(request).report()
                 }

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import HaulHTTP1
 import HaulTesting
 import NIOCore
 import NIOHTTP1
@@ -19,7 +20,7 @@ struct ReadSizeTests {
     }
 
     @Test func givesHaulsOwnConnectionsAQuarterOfThat() {
-        let limit = ConnectionPool.readSizeLimit
+        let limit = PlainHTTPTransport.readSizeLimit
         #expect(limit == 256 * 1024)
         #expect(HTTPTransport.maximumReadSize(concurrency: 16, limit: limit) == 256 * 1024)
         #expect(HTTPTransport.maximumReadSize(concurrency: 128, limit: limit) == 256 * 1024)
@@ -258,6 +259,33 @@ struct ConnectionFailureTests {
         #expect((stalled as? HaulError)?.message == "Timed out: h.example:80 stopped sending the response's body")
         let connecting = HTTPTransport.haulError(for: HTTPClientError.connectTimeout, url: url, receivedBody: false)
         #expect((connecting as? HaulError)?.message == "Timed out connecting to h.example:80")
+    }
+
+    @Test func thePlainHTTPClientsErrorsSayWhatTheClientsSay() {
+        let url = URL(string: "http://h.example/a")!
+        for (error, receivedBody, code, message) in [
+            (
+                HTTP1ClientError(.readTimeout), false, HaulError.Code.timedOut,
+                "Timed out waiting for h.example:80 to answer"
+            ),
+            (
+                HTTP1ClientError(.readTimeout), true, .timedOut,
+                "Timed out: h.example:80 stopped sending the response's body"
+            ),
+            (HTTP1ClientError(.connectTimeout), false, .timedOut, "Timed out connecting to h.example:80"),
+            (
+                HTTP1ClientError(.remoteConnectionClosed), true, .incompleteBody,
+                "The server closed the connection before the end of the response"
+            ),
+        ] {
+            let mapped = HTTPTransport.haulError(for: error, url: url, receivedBody: receivedBody) as? HaulError
+            #expect(mapped?.code == code)
+            #expect(mapped?.message == message)
+        }
+        #expect(
+            HTTPTransport.haulError(for: HTTP1ClientError(.cancelled), url: url, receivedBody: true)
+                is CancellationError
+        )
     }
 
     @Test func aTLSHandshakeFailureIsBoringSSLsReason() {

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import HaulHTTP1
 import NIOCore
 import NIOHTTP1
 import NIOSSL
@@ -8,7 +9,7 @@ import Tracing
 /// The seam between Haul and its HTTP connections: builds requests, runs them, and turns the connections' errors into
 /// ``HaulError``s. Everything above it speaks Haul's types only.
 ///
-/// Plain-http downloads go through Haul's own connections (``ConnectionPool``) where SwiftNIO's sockets run on the
+/// Plain-http downloads go through Haul's own connections (``PlainHTTPTransport``) where SwiftNIO's sockets run on the
 /// client's event loops (Linux; on Apple platforms the client's loops are Network.framework's, and everything goes
 /// through the client); https, uploads and deletions through AsyncHTTPClient.
 struct HTTPTransport: Sendable {
@@ -16,7 +17,7 @@ struct HTTPTransport: Sendable {
     let client: HTTPClient
     /// The proxies, logins and cookies, when the configuration has any; `nil` (the usual case) when it has none.
     let extras: Extras?
-    let pool: ConnectionPool
+    let plainHTTP: PlainHTTPTransport
     let maximumRedirects: Int
     let secretHeaderNames: Set<String>
     let trustedRedirectHosts: Set<String>
@@ -37,7 +38,7 @@ struct HTTPTransport: Sendable {
                 hostCredentials: configuration.hostCredentials.isEmpty ? nil : configuration.hostCredentials,
                 cookies: configuration.cookies
             )
-        self.pool = ConnectionPool(group: client.eventLoopGroup, configuration: configuration)
+        self.plainHTTP = PlainHTTPTransport(group: client.eventLoopGroup, configuration: configuration)
         self.maximumRedirects = configuration.maximumRedirects
         self.secretHeaderNames = Set(configuration.secretHeaderNames.map { $0.lowercased() })
         self.trustedRedirectHosts = Set(configuration.trustedRedirectHosts.map { $0.lowercased() })
@@ -151,7 +152,7 @@ struct HTTPTransport: Sendable {
 
     /// Closes the connections; every transfer has ended.
     func shutDown() async throws {
-        self.pool.shutDown()
+        self.plainHTTP.shutDown()
         if let extras = self.extras {
             for client in extras.proxiedClients.values { try? await client.shutdown() }
         }
@@ -159,7 +160,7 @@ struct HTTPTransport: Sendable {
     }
 
     /// The most bytes a connection reads from its socket at once: `limit` (1 MiB for AsyncHTTPClient's connections,
-    /// ``ConnectionPool/readSizeLimit`` for Haul's own), or a share of a 32 MiB budget over the transfers that may run
+    /// ``PlainHTTPTransport/readSizeLimit`` for Haul's own), or a share of a 32 MiB budget over the transfers that may run
     /// at once when that is smaller (a power of two, at least 64 KiB, SwiftNIO's default). A connection's reads grow
     /// towards it only while each read fills its buffer, so slow or small bodies keep small buffers; one read per
     /// wake-up keeps a connection from holding several such buffers at once.
@@ -174,13 +175,13 @@ struct HTTPTransport: Sendable {
 
     /// How a GET goes out: on Haul's own connections to an origin, or as the client's request.
     private enum Route {
-        case pool(ConnectionPool.Origin)
+        case plainHTTP(PlainHTTPTransport.Origin)
         case client(HTTPClient.Request)
     }
 
     /// Sends a GET, follows redirects, and returns the final response once its head has arrived; its body goes to
     /// a ``BodyWriter`` on the connection's event loop (``ResponseStream``). Plain http goes through Haul's own
-    /// connections (``ConnectionPool``), https through AsyncHTTPClient.
+    /// connections (``PlainHTTPTransport``), https through AsyncHTTPClient.
     nonisolated(nonsending) func stream(
         _ url: URL,
         headers: [(name: String, value: String)]
@@ -189,15 +190,16 @@ struct HTTPTransport: Sendable {
             // Haul's own connections where they take the URL (its origin found once, its fields checked as its head
             // is made), the client otherwise (its fields checked first).
             let route: Route =
-                if self.pool.isAvailable, let origin = self.pool.origin(of: current) {
-                    .pool(origin)
+                if self.plainHTTP.isAvailable, let origin = self.plainHTTP.origin(of: current) {
+                    .plainHTTP(origin)
                 } else {
                     .client(try Self.clientRequest(current, headers: headers))
                 }
             do {
                 let started =
                     switch route {
-                    case .pool(let origin): try await self.pool.start(current, origin: origin, headers: headers)
+                    case .plainHTTP(let origin):
+                        try await self.plainHTTP.start(current, origin: origin, headers: headers)
                     case .client(let request): try await ResponseStream.start(request, on: self.clientFor(current))
                     }
                 return (started, started.head.status.code, started.head.headers)
@@ -412,9 +414,9 @@ struct HTTPTransport: Sendable {
     }
 
     /// ``checkScheme(of:redirected:)-swift.type.method``, passed at once by a URL Haul's own connections take
-    /// (http, with a host): the pool knows it from the last URL with the same scheme and authority.
+    /// (http, with a host): the plain-http transport knows it from the last URL with the same scheme and authority.
     private func checkScheme(of url: URL, redirected: Bool) throws {
-        if self.pool.origin(of: url) != nil { return }
+        if self.plainHTTP.origin(of: url) != nil { return }
         try Self.checkScheme(of: url, redirected: redirected)
     }
 
@@ -457,6 +459,36 @@ struct HTTPTransport: Sendable {
             // NIO's parser caps the header block at 80 KiB and refuses conflicting lengths: no retry would help.
             // (`invalidEOFState` is a connection closed mid-body: an incomplete transfer, handled below.)
             return HaulError(.invalidResponse, "The server's response is malformed: \(parserError)", underlying: error)
+        }
+        if let clientError = error as? HTTP1ClientError {
+            let server = ConnectionFailure.server(of: url) ?? url.absoluteString
+            switch clientError.code {
+            case .cancelled:
+                return CancellationError()
+            case .connectTimeout:
+                return HaulError(.timedOut, "Timed out connecting to \(server)", underlying: error)
+            case .readTimeout:
+                let message =
+                    receivedBody
+                    ? "Timed out: \(server) stopped sending the response's body"
+                    : "Timed out waiting for \(server) to answer"
+                return HaulError(.timedOut, message, underlying: error)
+            case .remoteConnectionClosed:
+                return HaulError(
+                    receivedBody ? .incompleteBody : .connectionFailed,
+                    "The server closed the connection before the end of the response",
+                    underlying: error
+                )
+            case .connectFailed:
+                let reason = ConnectionFailure.message(
+                    for: clientError.underlying ?? error,
+                    receivedBody: false,
+                    url: url
+                )
+                return HaulError(.connectionFailed, reason, underlying: error)
+            default:
+                break
+            }
         }
         if let clientError = error as? HTTPClientError {
             switch clientError {

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import HaulHTTP1
 import NIOCore
 import NIOHTTP1
 
@@ -11,7 +12,7 @@ import NIOHTTP1
 /// lost to the partial file. The connection reads no next chunk while the bandwidth limits ask to wait.
 ///
 /// Two kinds of connection feed it: AsyncHTTPClient's (https, as its delegate) and Haul's own plain-http ones
-/// (``HTTP1ConnectionHandler``), through the same three calls: ``headReceived(_:)``, ``bodyPartReceived(_:)`` and
+/// (through `HaulHTTP1`'s client), through the same three calls: ``headReceived(_:)``, ``bodyPartReceived(_:)`` and
 /// ``failed(_:)``.
 final class ResponseStream: HTTPClientResponseDelegate, @unchecked Sendable {
     // @unchecked: everything but the head's handoff is touched on `eventLoop` only, where the client calls its
@@ -242,7 +243,7 @@ extension ResponseRequest {
     /// the request.
     ///
     /// On the caller's executor (`nonisolated(nonsending)`), as are the other async functions a transfer's task runs
-    /// through (``Download``, ``HTTPTransport``, ``ConnectionPool``): a plain `nonisolated` async function switches to
+    /// through (``Download``, ``HTTPTransport``, ``PlainHTTPTransport``): a plain `nonisolated` async function switches to
     /// the generic executor as it starts and after each call, and with the task's executor preference set (its event
     /// loop) each switch takes the task's lock to find that preference. 27 switches per small file went to 10,
     /// `future.get()` replaced by the continuation it wraps (one more function that switched).

@@ -1,4 +1,4 @@
-/// One of Haul's own plain-http connections (``HTTP1ConnectionHandler``): one exchange at a time, kept alive between
+/// One of the client's connections (``HTTP1ConnectionHandler``): one exchange at a time, kept alive between
 /// them when the server allows it.
 enum HTTP1Connection {
     /// The lifecycle of a connection and of the exchange it carries: synchronous, and free of I/O, clocks and locks.
@@ -121,6 +121,16 @@ enum HTTP1Connection {
         /// Nothing arrived for the read timeout.
         mutating func readTimedOut() -> Action {
             self.fail(.timedOut)
+        }
+
+        /// What arrived could not be parsed as a response. On a reused connection before any of the response, it is
+        /// what the last response left over (a server that sent more than its framing said): the request goes again
+        /// on a new connection, as after a close.
+        mutating func responseUnreadable() -> Action {
+            if case .awaitingHead(let served) = self.state, served > 0 {
+                return self.fail(.closedBeforeResponseOnReusedConnection)
+            }
+            return self.fail(.error)
         }
 
         /// An error of the connection, of the response's parsing, or the caller's.

@@ -1,6 +1,6 @@
 import Testing
 
-@testable import Haul
+@testable import HaulHTTP1
 
 @Suite("Handing a result to the task that waits for it")
 struct HandoffTests {

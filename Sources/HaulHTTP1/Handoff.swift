@@ -5,7 +5,7 @@ import NIOConcurrencyHelpers
 ///
 /// The first result given is the one delivered; later ones are dropped (an error after the head is the end's
 /// business, as a completed promise ignored it).
-struct Handoff<Value: Sendable>: Sendable {
+public struct Handoff<Value: Sendable>: Sendable {
     private enum State {
         /// Nothing given, nobody waiting.
         case empty
@@ -19,8 +19,11 @@ struct Handoff<Value: Sendable>: Sendable {
 
     private let state = NIOLockedValueBox(State.empty)
 
+    /// A handoff with nothing given yet.
+    public init() {}
+
     /// Gives the result, unless one was given already. On any thread; a waiting task resumes on its own executor.
-    func complete(_ result: Result<Value, any Error>) {
+    public func complete(_ result: Result<Value, any Error>) {
         let waiting = self.state.withLockedValue { state -> UnsafeContinuation<Value, any Error>? in
             switch state {
             case .empty:
@@ -36,12 +39,12 @@ struct Handoff<Value: Sendable>: Sendable {
         waiting?.resume(with: result)
     }
 
-    func succeed(_ value: Value) { self.complete(.success(value)) }
+    public func succeed(_ value: Value) { self.complete(.success(value)) }
 
-    func fail(_ error: any Error) { self.complete(.failure(error)) }
+    public func fail(_ error: any Error) { self.complete(.failure(error)) }
 
     /// The result: at once when it was given already, otherwise when it is. One task waits, once.
-    nonisolated(nonsending) func value() async throws -> Value {
+    public nonisolated(nonsending) func value() async throws -> Value {
         try await withUnsafeThrowingContinuation { continuation in
             let given = self.state.withLockedValue { state -> Result<Value, any Error>? in
                 switch state {

@@ -1,59 +1,14 @@
-import AsyncHTTPClient
 import NIOCore
 import NIOHTTP1
 
-/// One GET on one of Haul's own plain-http connections: the request's head, the ``ResponseStream`` its response goes
-/// to, and the response's end, handed to the task that waits for it. Started by writing it into its channel
-/// (``ConnectionPool``); ended by the channel's ``HTTP1ConnectionHandler``, on the channel's event loop.
-final class HTTP1Exchange: ResponseRequest {
-    let request: HTTPRequestHead
-    let stream: ResponseStream
-    let channel: any Channel
-    private let end = Handoff<Void>()
-
-    init(request: HTTPRequestHead, channel: any Channel) {
-        self.request = request
-        self.channel = channel
-        self.stream = ResponseStream(eventLoop: channel.eventLoop)
-    }
-
-    nonisolated(nonsending) func waitForEnd() async throws {
-        try await self.value(of: self.end)
-    }
-
-    func cancel() {
-        self.fail(reason: HTTPClientError.cancelled)
-    }
-
-    func fail(reason: any Error) {
-        self.channel.triggerUserOutboundEvent(
-            HTTP1ConnectionHandler.Abort(exchange: self, reason: reason),
-            promise: nil
-        )
-    }
-
-    /// On the event loop: the response has ended.
-    func finished() {
-        self.end.succeed(())
-    }
-
-    /// On the event loop: the exchange failed with `error` (before its head or after it).
-    func ended(with error: any Error) {
-        self.stream.failed(error)
-        self.end.fail(error)
-    }
-}
-
-/// The handler at the end of each of Haul's plain-http connections (after a read timeout and Haul's response decoder,
-/// whose parts it takes directly): it sends an exchange's request, hands the response to the exchange's
-/// ``ResponseStream`` as it arrives, reads no further while the stream asks to wait (the bandwidth limits, a body not
-/// yet given a writer), and at the end gives the connection back to its ``ConnectionPool`` or closes it. What it
+/// The handler at the end of each of the client's connections, after a read timeout and SwiftNIO's HTTP/1.1 codec:
+/// it sends an exchange's request, hands the response to the exchange as it arrives, reads no further while the
+/// consumer asks to wait, and at the end gives the connection back to its ``HTTP1Client`` or closes it. What it
 /// decides, it asks of ``HTTP1Connection/StateMachine``.
-final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink {
-    /// Nothing: the response's parts come from the decoder directly (``received(_:)``), not through the pipeline.
-    typealias InboundIn = Never
+final class HTTP1ConnectionHandler: ChannelDuplexHandler {
+    typealias InboundIn = HTTPClientResponsePart
     typealias OutboundIn = HTTP1Exchange
-    typealias OutboundOut = IOData
+    typealias OutboundOut = HTTPClientRequestPart
 
     /// The caller's request to stop an exchange (``HTTP1Exchange/fail(reason:)``), as a user event on the channel.
     struct Abort: Sendable {
@@ -62,19 +17,19 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
     }
 
     /// The connection closed before any of the response arrived, after it had served other exchanges, or before the
-    /// request could be written: the pool sends the request again on another connection.
+    /// request could be written: the client sends the request again on another connection.
     struct StaleConnection: Error {}
 
     private var machine = HTTP1Connection.StateMachine()
     private var exchange: HTTP1Exchange?
-    private let pool: ConnectionPool
-    private let origin: ConnectionPool.Origin
-    /// Body parts handed to the stream whose "read on" has not come yet; while any is out, reads wait.
+    private let client: HTTP1Client
+    private let endpoint: HTTP1Client.Endpoint
+    /// Body parts handed to the consumer whose "read on" has not come yet; while any is out, reads wait.
     private var bodyPartsWaiting = 0
     /// A read the channel asked for while reads wait.
     private var readPending = false
-    /// The response's end, arrived while body parts wait: the exchange ends when they are through (as
-    /// AsyncHTTPClient's delegate contract has it), so that the bandwidth limits' last wait is served.
+    /// The response's end, arrived while body parts wait: the exchange ends when they are through, so that the
+    /// consumer's last wait (a bandwidth limit's) is served.
     private var endPending = false
     /// The read timeout, which counts the server's silence only: time spent in our own waits (while body parts
     /// wait) does not count, and after one the server has the whole timeout again.
@@ -83,24 +38,10 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
     private var waitEndedAt: NIODeadline?
     private var receivedSinceWait = false
 
-    /// Writes each request's head; here rather than as a handler of its own, so a request is not wrapped in `NIOAny`.
-    private let encoder = HTTP1RequestEncoder()
-    /// This handler's place in its pipeline, for the parts its connection's decoder hands over directly
-    /// (``HTTP1ResponsePartSink``); `nil` outside a pipeline.
-    private var context: ChannelHandlerContext?
-
-    init(pool: ConnectionPool, origin: ConnectionPool.Origin, idleTimeout: TimeAmount) {
-        self.pool = pool
-        self.origin = origin
+    init(client: HTTP1Client, endpoint: HTTP1Client.Endpoint, idleTimeout: TimeAmount) {
+        self.client = client
+        self.endpoint = endpoint
         self.idleTimeout = idleTimeout
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        self.context = nil
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -110,25 +51,23 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
         case .sendRequest:
             self.exchange = exchange
             self.waitEndedAt = nil
-            // The head is the whole request (a GET). No promise: a write that fails closes the channel, and its
-            // close ends the exchange (``channelInactive(context:)``).
-            let head = self.encoder.encode(exchange.request, allocator: context.channel.allocator)
-            context.writeAndFlush(self.wrapOutboundOut(.byteBuffer(head)), promise: nil)
+            // No promise: a write that fails closes the channel, and its close ends the exchange.
+            context.write(self.wrapOutboundOut(.head(exchange.request)), promise: nil)
+            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
         case .refuseRequest:
-            exchange.ended(with: StaleConnection())
+            exchange.endedStale()
         case .none, .deliver, .finishExchange, .failExchange, .close:
             preconditionFailure("A request's start was answered with \(self.machine)")
         }
     }
 
-    func received(_ part: HTTPClientResponsePart) {
-        guard let context = self.context else { return }
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         self.receivedSinceWait = true
-        switch part {
+        switch self.unwrapInboundIn(data) {
         case .head(let head):
-            let action = self.machine.headReceived(keepAlive: HTTP1ResponseDecoder.keepsAlive(head))
+            let action = self.machine.headReceived(keepAlive: head.isKeepAlive)
             if action == .deliver {
-                self.exchange?.stream.headReceived(head)
+                self.exchange?.headReceived(head)
             } else {
                 self.perform(action, context: context, error: nil)
             }
@@ -137,7 +76,7 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
             guard action == .deliver, let exchange = self.exchange else {
                 return self.perform(action, context: context, error: nil)
             }
-            guard let wait = exchange.stream.bodyPartReceived(buffer) else { return }
+            guard let wait = exchange.consumer.bodyPartReceived(buffer) else { return }
             self.bodyPartsWaiting += 1
             wait.assumeIsolated().whenComplete { result in
                 self.bodyPartsWaiting -= 1
@@ -188,21 +127,21 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
             self.perform(self.machine.endReceived(isActive: false), context: context, error: nil)
         }
         self.perform(self.machine.connectionClosed(), context: context, error: nil)
-        self.pool.remove(context.channel, of: self.origin)
+        self.client.remove(context.channel, of: self.endpoint)
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        self.perform(self.machine.errorOccurred(), context: context, error: error)
+        if error is HTTPParserError {
+            self.perform(self.machine.responseUnreadable(), context: context, error: error)
+        } else {
+            self.perform(self.machine.errorOccurred(), context: context, error: error)
+        }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
             self.readIdle(context: context)
-        } else if event is HTTP1ResponseHandler.BytesAfterResponse {
-            // The server sent more than its last response said: the connection is not used again. An exchange the
-            // pool gave it meanwhile has had no answer yet: it is sent again on another connection.
-            context.close(promise: nil)
         } else {
             context.fireUserInboundEventTriggered(event)
         }
@@ -247,7 +186,7 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
             self.exchange = nil
             self.endPending = false
             if reuse {
-                self.pool.checkIn(context.channel, of: self.origin)
+                self.client.checkIn(context.channel, of: self.endpoint)
             } else {
                 context.close(promise: nil)
             }
@@ -257,20 +196,14 @@ final class HTTP1ConnectionHandler: ChannelDuplexHandler, HTTP1ResponsePartSink 
             self.exchange = nil
             self.endPending = false
             context.close(promise: nil)
-            exchange?.ended(with: Self.error(for: failure, error))
+            switch failure {
+            case .closedBeforeResponseOnReusedConnection: exchange?.endedStale()
+            case .closedBeforeEnd: exchange?.ended(with: HTTP1ClientError(.remoteConnectionClosed))
+            case .timedOut: exchange?.ended(with: HTTP1ClientError(.readTimeout))
+            case .error: exchange?.ended(with: error ?? HTTP1ClientError(.remoteConnectionClosed))
+            }
         case .close:
             context.close(promise: nil)
-        }
-    }
-
-    /// The error an exchange fails with: AsyncHTTPClient's for the same failure, so that ``HTTPTransport`` maps both
-    /// kinds of connection alike.
-    private static func error(for failure: HTTP1Connection.StateMachine.Failure, _ error: (any Error)?) -> any Error {
-        switch failure {
-        case .closedBeforeResponseOnReusedConnection: StaleConnection()
-        case .closedBeforeEnd: HTTPClientError.remoteConnectionClosed
-        case .timedOut: HTTPClientError.readTimeout
-        case .error: error ?? HTTPClientError.remoteConnectionClosed
         }
     }
 }
