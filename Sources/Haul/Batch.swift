@@ -99,7 +99,7 @@ public final class Batch: Sendable {
             guard core.batches[id]?.isSealed == false else { return }
             core.batches[id]!.isSealed = true
             // Not after a stop ended the batch (it sealed it then): the list was not added to its end.
-            if recordingListComplete { core.store?.enqueue(.listComplete(id)) }
+            if recordingListComplete { core.record(.listComplete(id)) }
             core.finishIfDone(id, aftermath: &aftermath)
         }
     }

@@ -22,7 +22,7 @@ public final class TransferManager: Sendable {
     public let configuration: Configuration
     let transport: HTTPTransport
     /// The manager's state, behind its lock.
-    let core: NIOLockedValueBox<Core>
+    let core: LockedCore
     let storeWriter: StoreWriter?
     /// The renames of finished files when there is no store, one at a time (with a store, its commits hand them
     /// over one at a time: ``StoreWriter``).
@@ -50,13 +50,14 @@ public final class TransferManager: Sendable {
         let eventClock =
             configuration.eventDeliveryInterval > .zero
             ? EventDeliveryClock(interval: configuration.eventDeliveryInterval, group: client.eventLoopGroup) : nil
-        self.core = NIOLockedValueBox(
+        self.core = LockedCore(
             Core(
                 configuration: configuration,
                 deliveries: deliveryContinuation,
-                store: self.storeWriter,
+                recordsToStore: self.storeWriter != nil,
                 eventClock: eventClock
-            )
+            ),
+            store: self.storeWriter
         )
         eventClock?.connect { [weak self] in self?.core.withLockedValue { $0.releaseHeldEvents() } }
     }
@@ -199,7 +200,7 @@ public final class TransferManager: Sendable {
     /// Applies an attempt's outcome; counts the transfer's task out unless a retry is to be waited for.
     private func attemptEnded(_ id: TransferID, outcome: Download.AttemptOutcome) -> RetryWait? {
         self.withCore { core, aftermath in
-            let wait = core.attemptEnded(id, outcome: outcome, aftermath: &aftermath)
+            let wait = core.attemptEnded(id, outcome: outcome, jitter: .random(in: 0...1), aftermath: &aftermath)
             if wait == nil { core.transferTaskEnded(aftermath: &aftermath) }
             return wait
         }

@@ -74,15 +74,15 @@ struct HTTP1ClientTests {
     }
 
     @Test func theConsumersOwnWaitsAreNotCountedAsTheServersSilence() async throws {
-        // The reads held for 2.5 s after the first part, against a one-second timeout.
+        // The reads held for 7 s after the first part, against a 3 s timeout.
         let body = FaultInjectingServer.body(size: 40_000, seed: 2)
         let resource = FaultInjectingServer.Resource(body: body, chunkSize: 10_000)
         try await FaultInjectingServer.withServer(resources: ["/slow": resource]) { server in
-            let client = self.client(idleTimeout: .seconds(1))
+            let client = self.client(idleTimeout: .seconds(3))
             defer { client.shutDown() }
             let (request, endpoint) = self.get("/slow", from: server)
             let (_, exchange, consumer) = try await client.execute(request, on: endpoint) {
-                CollectingConsumer(eventLoop: $0, waitAfterFirstPart: .milliseconds(2_500))
+                CollectingConsumer(eventLoop: $0, waitAfterFirstPart: .seconds(7))
             }
             try await exchange.waitForEnd()
             #expect(consumer.body == body)

@@ -21,9 +21,15 @@ extension TransferManager {
         /// The manager's ``TransferManager/waitForTransfersToEnd()``, resumed once the manager has shut down and its
         /// last transfer task has ended.
         var endedWaiter: CheckedContinuation<Void, Never>?
+        /// Producers waiting for room in a batch that has it now (``Batch/waitUntilUnfinished(atMost:)``).
+        var roomWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Callers waiting for a batch's report, with the report.
+        var reports: [(waiter: CheckedContinuation<BatchReport, Never>, report: BatchReport)] = []
 
         func perform() {
             self.endedWaiter?.resume()
+            for waiter in self.roomWaiters { waiter.resume() }
+            for (waiter, report) in self.reports { waiter.resume(returning: report) }
             for signal in self.stopSignals { signal.fire() }
             for stream in self.finishedStreams { stream.finish() }
             for file in self.removedFiles { PartialFile.remove(file) }

@@ -34,15 +34,17 @@ extension TransferManager {
         /// How many items have no result yet.
         var unfinishedCount: Int { self.settled.count - self.finishedCount }
 
-        /// Lets the producers go whose limit the batch is now within.
-        mutating func resumeRoomWaiters() {
-            guard !self.roomWaiters.isEmpty else { return }
+        /// Takes out the producers whose limit the batch is now within, for the driver to let go after the lock.
+        mutating func takeRoomWaitersWithinLimit() -> [CheckedContinuation<Void, Never>] {
+            guard !self.roomWaiters.isEmpty else { return [] }
             let unfinished = self.unfinishedCount
+            var released: [CheckedContinuation<Void, Never>] = []
             self.roomWaiters.removeAll { waiter in
                 guard unfinished <= waiter.limit else { return false }
-                waiter.continuation.resume()
+                released.append(waiter.continuation)
                 return true
             }
+            return released
         }
     }
 }

@@ -5,13 +5,13 @@ extension TransferManager.Core {
     mutating func pause(_ id: TransferID, aftermath: inout TransferManager.Aftermath) {
         guard self.transfers[id] != nil else { return }
         let action = self.transfers[id]!.machine.pause()
-        self.apply(action, to: id, result: nil, at: .now, aftermath: &aftermath)
+        self.apply(action, to: id, result: nil, at: self.now, aftermath: &aftermath)
     }
 
     mutating func resume(_ id: TransferID, aftermath: inout TransferManager.Aftermath) {
         guard self.transfers[id] != nil, !self.isShutDown else { return }
         let action = self.transfers[id]!.machine.resume()
-        self.apply(action, to: id, result: nil, at: .now, aftermath: &aftermath)
+        self.apply(action, to: id, result: nil, at: self.now, aftermath: &aftermath)
     }
 
     /// Sets, changes or removes one transfer's bandwidth limit; a running attempt feels it at its next chunk.
@@ -30,7 +30,7 @@ extension TransferManager.Core {
     mutating func cancel(_ id: TransferID, aftermath: inout TransferManager.Aftermath) {
         guard self.transfers[id] != nil else { return }
         let action = self.transfers[id]!.machine.cancel()
-        self.apply(action, to: id, result: .cancelled, at: .now, aftermath: &aftermath)
+        self.apply(action, to: id, result: .cancelled, at: self.now, aftermath: &aftermath)
     }
 
     /// Cancels a batch: its transfers stop, except those another unfinished batch also waits for, which leave
@@ -40,7 +40,7 @@ extension TransferManager.Core {
         for id in batch.pending.keys {
             if let record = self.transfers[id], record.batches.count > 1, record.batches.contains(batchID) {
                 self.transfers[id]!.batches.removeAll { $0 == batchID }
-                self.settle(id, in: batchID, result: .cancelled, at: .now, aftermath: &aftermath)
+                self.settle(id, in: batchID, result: .cancelled, at: self.now, aftermath: &aftermath)
             } else {
                 self.cancel(id, aftermath: &aftermath)
             }
@@ -53,7 +53,7 @@ extension TransferManager.Core {
         guard !self.isShutDown else { return }
         self.isShutDown = true
         defer { self.endWaitIfTransfersEnded(aftermath: &aftermath) }
-        if self.store != nil {
+        if self.recordsToStore {
             self.stopAll(aftermath: &aftermath)
         } else {
             for id in Array(self.transfers.keys) { self.cancel(id, aftermath: &aftermath) }
@@ -72,7 +72,7 @@ extension TransferManager.Core {
                 continue
             }
             for id in pending.keys where !self.isRunning(id) {
-                self.settle(id, in: batchID, result: .cancelled, at: .now, aftermath: &aftermath)
+                self.settle(id, in: batchID, result: .cancelled, at: self.now, aftermath: &aftermath)
             }
             self.batches[batchID]!.isSealed = true
             self.batches[batchID]!.isStopped = true

@@ -4,9 +4,10 @@ import Foundation
 extension TransferManager.Core {
     mutating func attemptStarted(_ id: TransferID, offset: Int64) {
         // An upload sends its body from the start again, but its progress never goes back.
+        let now = self.now
         self.withTransfer(id) { record in
             if record.request.isDownload { record.receivedBytes = offset }
-            record.unsavedStart = ContinuousClock.now
+            record.unsavedStart = now
         }
         self.emit(id, .started(offset: offset))
     }
@@ -19,7 +20,7 @@ extension TransferManager.Core {
     ) {
         // Whether there is a store, not the store itself: a reference taken here would be counted from every
         // loop's thread on an object the writer's thread counts too (as in `progressed`).
-        let hasStore = self.store != nil
+        let hasStore = self.recordsToStore
         let updated = self.withTransfer(id) { record in
             record.validator = validator.ifRangeValue == nil ? nil : validator
             record.expectedBytes = expectedBytes ?? record.request.expectedByteCount
@@ -30,7 +31,7 @@ extension TransferManager.Core {
             return (record.batches, record.expectedBytes, validator)
         }
         guard let (batches, expected, validator) = updated else { return }
-        if let validator { self.store?.enqueue(validator) }
+        if let validator { self.record(validator) }
         for batchID in batches {
             self.withBatch(batchID) {
                 $0.tracker.progressed(id, receivedBytes: receivedBytes, expectedBytes: expected)
@@ -67,7 +68,7 @@ extension TransferManager.Core {
     ) {
         // Whether there is a store, not the store itself: taking a reference to it for every chunk of every file
         // counted it from each loop's thread on an object the writer's thread counts too.
-        let hasStore = self.store != nil
+        let hasStore = self.recordsToStore
         let progressInterval = self.configuration.progressInterval
         // Publishing its file: its completion is being recorded (``StoreOperation/publishing``), and no periodic
         // checkpoint may follow and say running again.
@@ -83,8 +84,8 @@ extension TransferManager.Core {
             )
         }
         guard let (due, progress, batches, expectedBytes, writes) = updated else { return }
-        if !writes.isEmpty, let store = self.store {
-            for write in writes { store.enqueue(write) }
+        if !writes.isEmpty {
+            self.storeOperations.append(contentsOf: writes)
         }
         if due { self.emit(id, .progressed(progress)) }
         for batchID in batches {
@@ -260,7 +261,7 @@ extension TransferManager.Core {
             batch.items[index] = item
             batch.settled[index] = true
             batch.finishedCount += 1
-            batch.resumeRoomWaiters()
+            aftermath.roomWaiters += batch.takeRoomWaitersWithinLimit()
             batch.tracker.added(id, expectedBytes: byteCount)
             batch.tracker.finished(id, state: result.state, byteCount: byteCount)
             return firstHeld
@@ -280,7 +281,7 @@ extension TransferManager.Core {
             batch.events?.release()
             batch.events?.continuation.yield(.finished(report))
             if let events = batch.events { aftermath.finishedStreams.append(events.continuation) }
-            for waiter in batch.waiters { waiter.resume(returning: report) }
+            aftermath.reports += batch.waiters.map { ($0, report) }
             batch.waiters = []
         }
     }
@@ -346,8 +347,8 @@ extension TransferManager.Core {
                 { ($0.request.url, $0.batches, $0.machine.attempts) }
             )
         else { return }
-        if self.store != nil, let write = Self.operation(for: kind, attempts: attempts, id: id) {
-            self.store?.enqueue(write)
+        if self.recordsToStore, let write = Self.operation(for: kind, attempts: attempts, id: id) {
+            self.record(write)
         }
         // Made when someone takes it: a batch whose stream leaves transfer events out (the `haul` command's,
         // quiet) would have paid a copy of the URL and of the kind for each, and their release.

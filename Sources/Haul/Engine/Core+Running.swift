@@ -113,9 +113,10 @@ extension TransferManager.Core {
     mutating func attemptEnded(
         _ id: TransferID,
         outcome: Download.AttemptOutcome,
+        jitter: Double,
         aftermath: inout TransferManager.Aftermath
     ) -> TransferManager.RetryWait? {
-        let now = ContinuousClock.now
+        let now = self.now
         let machineOutcome: Download.StateMachine.Outcome? =
             switch outcome {
             case .completed: .completed
@@ -129,7 +130,7 @@ extension TransferManager.Core {
                 afterAttempt: self.withTransfer(id) { $0.machine.attempts }!,
                 failingWith: error,
                 retryAfter: error.retryAfter,
-                random: .random(in: 0...1)
+                random: jitter
             )
         }
         if let cell = self.progressCells.removeValue(forKey: id) {
@@ -177,6 +178,6 @@ extension TransferManager.Core {
         if let host = wait.heldHost { self.start(self.scheduler.release(host), aftermath: &aftermath) }
         guard self.transfers[id] != nil else { return }
         let action = self.transfers[id]!.machine.retryDue()
-        self.apply(action, to: id, result: nil, at: .now, aftermath: &aftermath)
+        self.apply(action, to: id, result: nil, at: self.now, aftermath: &aftermath)
     }
 }

@@ -1,6 +1,12 @@
 import Foundation
 
 extension TransferManager.Core {
+    /// Records `operation` in the store, after those decided before it (``storeOperations``).
+    mutating func record(_ operation: StoreOperation) {
+        guard self.recordsToStore else { return }
+        self.storeOperations.append(operation)
+    }
+
     /// How often a running transfer's byte count is written to the store, at most. Half a second: a killed process
     /// under-reports at most that much, and the partial file, not this number, is the truth when resuming.
     static let checkpointInterval: Duration = .milliseconds(500)
@@ -72,7 +78,8 @@ extension TransferManager.Core {
             etag: record.validator?.etag,
             lastModified: record.validator?.lastModified,
             attempts: 0,
-            updatedAt: Date().timeIntervalSince1970,
+            // The writer stamps the time it writes the row.
+            updatedAt: 0,
             operation: record.request.isDownload
                 ? StoredOperation.downloadJSON : Self.json(StoredOperation(record.request.operation))
         )

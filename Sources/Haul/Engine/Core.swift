@@ -1,19 +1,26 @@
 import Foundation
 
 extension TransferManager {
-    /// Everything the manager's lock protects.
+    /// Everything the manager's lock protects (``LockedCore``).
     ///
     /// The lifecycle rules live in the pure ``Download/StateMachine`` and ``Scheduler/StateMachine``; the core applies
     /// their actions to the records and yields events (yielding to an `AsyncStream` only enqueues, so it is safe
-    /// under the lock and keeps events in order). Finishing a stream and removing files happen after the lock.
+    /// under the lock and keeps events in order). What it decides to record goes to ``storeOperations``, which the
+    /// driver hands to the store's writer; what must happen after the lock (starting transfers, finishing streams,
+    /// resuming waiters, removing files) goes to the ``Aftermath``.
     struct Core: Sendable {
         let configuration: Configuration
         /// Transfer tasks started and not yet ended; the manager's scope ends when it is 0 after the shutdown.
         var transferTasks = 0
         /// The scope's wait for the last transfer task once the manager has shut down.
         var endedWaiter: CheckedContinuation<Void, Never>?
-        /// Where changes are recorded, when the manager has a store.
-        let store: StoreWriter?
+        /// The time of the transition under way: the driver (``LockedCore``) reads the clock and sets it before each,
+        /// so that the core itself never reads a clock.
+        var now = ContinuousClock.now
+        /// Whether the manager records its transfers in a store.
+        let recordsToStore: Bool
+        /// What to record in the store, in the order decided: the driver takes them before it releases the lock.
+        var storeOperations: [StoreOperation] = []
         /// The bandwidth limit over all transfers.
         let bandwidth: BandwidthLimiter
         var scheduler: Scheduler.StateMachine
@@ -52,13 +59,13 @@ extension TransferManager {
         init(
             configuration: Configuration,
             deliveries: AsyncStream<ObserverMailbox>.Continuation,
-            store: StoreWriter?,
+            recordsToStore: Bool,
             eventClock: EventDeliveryClock? = nil
         ) {
             self.configuration = configuration
             self.eventClock = eventClock
             self.deliveries = deliveries
-            self.store = store
+            self.recordsToStore = recordsToStore
             self.bandwidth = BandwidthLimiter(bytesPerSecond: configuration.bandwidthLimit)
             self.scheduler = Scheduler.StateMachine(
                 maximumConcurrent: configuration.maximumConcurrentTransfers,
@@ -99,7 +106,7 @@ extension TransferManager {
             persisted: Persisted? = nil,
             aftermath: inout Aftermath
         ) {
-            let now = ContinuousClock.now
+            let now = self.now
             let index = self.withBatch(batchID) { batch in
                 // A placeholder result until the item settles.
                 batch.items.append(
@@ -161,7 +168,7 @@ extension TransferManager {
             if let persisted {
                 persisted.restore(into: &newRecord!)
                 if let holder = persisted.staleLeaseOwner, !isCompletedRow {
-                    self.store?.enqueue(.releaseLease(request.id, holder: holder))
+                    self.record(.releaseLease(request.id, holder: holder))
                 }
             }
             if let completed = persisted?.completedFile {
@@ -173,12 +180,12 @@ extension TransferManager {
                 self.transfers[request.id] = record
                 if isCompletedRow {
                     // Recorded in full already, and the file matches the record: only the batch is new.
-                    self.store?.enqueue(.joinBatch(batchID: batchID, position: index, request.id))
+                    self.record(.joinBatch(batchID: batchID, position: index, request.id))
                 } else {
-                    self.store?.enqueue(self.insert(record, state: .completed, as: index, of: batchID))
+                    self.record(self.insert(record, state: .completed, as: index, of: batchID))
                     // Recorded in full: a file found through the publishing record of a killed process has no result
                     // yet.
-                    self.store?.enqueue(.completed(request.id, completed, modified: completed.modificationTime))
+                    self.record(.completed(request.id, completed, modified: completed.modificationTime))
                 }
                 self.batches[batchID]!.tracker.added(request.id, expectedBytes: completed.byteCount)
                 self.settle(index: index, in: batchID, result: .completed(completed), at: now, aftermath: &aftermath)
@@ -188,10 +195,10 @@ extension TransferManager {
             newRecord!.batches = [batchID]
             // Out of the optional before it is read, and moved into the table with `consume`, not copied.
             let record = newRecord.take()!
-            if let store = self.store {
+            if self.recordsToStore {
                 if let persisted, isCompletedRow {
                     // Completed, but its file is gone or changed: downloaded again.
-                    store.enqueue(
+                    self.record(
                         .reopen(
                             request.id,
                             completedAt: persisted.row.updatedAt,
@@ -199,7 +206,7 @@ extension TransferManager {
                         )
                     )
                 }
-                store.enqueue(self.insert(record, state: .waiting, as: index, of: batchID))
+                self.record(self.insert(record, state: .waiting, as: index, of: batchID))
             }
             let (expectedBytes, receivedBytes) = (record.expectedBytes, record.receivedBytes)
             self.transfers[request.id] = consume record

@@ -135,6 +135,16 @@ package final class StoreWriter: Sendable {
         }
     }
 
+    /// Queues operations, in order.
+    package func enqueue(contentsOf operations: [StoreOperation]) {
+        self.state.withLockedValue { state in
+            state.pending.append(contentsOf: operations)
+            for operation in operations {
+                if let id = operation.releasedLease { state.leasedAtInsert[id] = nil }
+            }
+        }
+    }
+
     /// Writes what is queued now, and then `last`, in one transaction, and waits until it is written. Blocks its
     /// thread: for the end of a manager's scope and for benchmarks, not for transfers.
     package func flush(adding last: StoreOperation? = nil) {
