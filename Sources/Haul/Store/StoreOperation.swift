@@ -8,7 +8,7 @@ package enum StoreOperation: Sendable {
     case insert(InsertedRow)
     /// A transfer the store records in full already joins a batch: a completed file, found unchanged, in a batch
     /// submitted again. Its row stays as it is (an ``insert(_:)`` would leave it so too: a completed row is no one's
-    /// to change, see ``apply(_:owner:)``).
+    /// to change, see ``apply(_:owner:statements:)``).
     case joinBatch(batchID: BatchID, position: Int, TransferID)
     /// A completed transfer whose file is gone (deleted, or changed since) is submitted again: its row goes back to
     /// waiting, with its lease free, so that the ``insert(_:)`` after it takes the row and its lease as it takes a
@@ -40,6 +40,13 @@ package enum StoreOperation: Sendable {
         .insert(InsertedRow(batchID: batchID, position: position, row: row, id: TransferID(row.id)))
     }
 
+    /// ``apply(_:owner:statements:)`` with statements prepared for it alone.
+    @discardableResult
+    func apply(_ db: Database, owner: String) throws -> Bool {
+        var statements = PreparedStatements()
+        return try self.apply(db, owner: owner, statements: &statements)
+    }
+
     /// Applies the operation as `owner`. The holder of a transfer's lease changes its row; while no one holds it
     /// (or the lease expired), anyone may, unless the row says completed: a manager waiting for another never
     /// overwrites the other's result. Every settled state releases the lease, except a completion recorded before its
@@ -48,7 +55,7 @@ package enum StoreOperation: Sendable {
     /// - Returns: whether the operation gave `owner` the transfer's lease: an inserted row in state `waiting` is
     ///   leased to its inserter at once (when no one else holds it), so that starting it needs no claim of its own.
     @discardableResult
-    func apply(_ db: Database, owner: String) throws -> Bool {
+    func apply(_ db: Database, owner: String, statements: inout PreparedStatements) throws -> Bool {
         let now = Date().timeIntervalSince1970
         switch self {
         case .insert(let item):
@@ -62,64 +69,50 @@ package enum StoreOperation: Sendable {
                 row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
                 row.operation, leaseOwner, leaseExpires, owner, now,
             ]
-            try db.executeCached(sql: SQL.insert, arguments: StatementArguments(values))
+            try statements.run(.insert, in: db, arguments: StatementArguments(values))
             let leased = leases && db.changesCount > 0
-            try db.executeCached(sql: SQL.batchEntry, arguments: [item.batchID.rawValue, item.position, row.id])
+            try statements.run(.batchEntry, in: db, arguments: [item.batchID.rawValue, item.position, row.id])
             return leased
         case .joinBatch(let batchID, let position, let id):
-            try db.executeCached(sql: SQL.batchEntry, arguments: [batchID.rawValue, position, id.rawValue])
+            try statements.run(.batchEntry, in: db, arguments: [batchID.rawValue, position, id.rawValue])
         case .reopen(let id, let completedAt, let staleHolder):
-            try db.executeCached(sql: SQL.reopen, arguments: [id.rawValue, completedAt, now, staleHolder])
+            try statements.run(.reopen, in: db, arguments: [id.rawValue, completedAt, now, staleHolder])
         case .state(let id, let state, let attempts):
             // Waiting keeps the lease the insert took (see ``insert(_:)``); running renews nothing here either.
             if state == .running || state == .waiting {
-                try db.executeCached(
-                    sql: SQL.state,
-                    arguments: [state.description, attempts, now, id.rawValue, owner, now]
+                try statements.run(.state, in: db, arguments: [state.description, attempts, now, id.rawValue, owner, now]
                 )
             } else {
-                try db.executeCached(
-                    sql: SQL.stateReleasingLease,
-                    arguments: [state.description, attempts, now, owner, id.rawValue, owner, now]
+                try statements.run(.stateReleasingLease, in: db, arguments: [state.description, attempts, now, owner, id.rawValue, owner, now]
                 )
             }
         case .validator(let id, let etag, let lastModified, let totalSize):
-            try db.executeCached(
-                sql: SQL.validator,
-                arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now]
+            try statements.run(.validator, in: db, arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now]
             )
         case .checkpoint(let id, let bytes):
             // A checkpoint also renews the lease.
-            try db.executeCached(
-                sql: SQL.checkpoint,
-                arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner]
+            try statements.run(.checkpoint, in: db, arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner]
             )
         case .completed(let id, let file, let modified):
-            try db.executeCached(
-                sql: SQL.completed,
-                arguments: [
+            try statements.run(.completed, in: db, arguments: [
                     file.byteCount, file.path.path, modified, file.sha256, now, owner, id.rawValue, owner, now,
                 ]
             )
         case .publishing(let id, let finalPath, let size, let sha256, let modified):
-            try db.executeCached(
-                sql: SQL.publishing,
-                arguments: [
+            try statements.run(.publishing, in: db, arguments: [
                     size, finalPath, modified, sha256, now, owner, now + TransferStore.leaseDuration, id.rawValue,
                 ]
             )
         case .releaseLease(let id, let holder):
-            try db.executeCached(sql: SQL.releaseLease, arguments: [id.rawValue, holder])
+            try statements.run(.releaseLease, in: db, arguments: [id.rawValue, holder])
         case .failed(let id, let error, let attempts):
-            try db.executeCached(
-                sql: SQL.failed,
-                arguments: [
+            try statements.run(.failed, in: db, arguments: [
                     error.code.description, error.message, error.httpStatus, attempts, now, owner, id.rawValue, owner,
                     now,
                 ]
             )
         case .listComplete(let batchID):
-            try db.executeCached(sql: SQL.listComplete, arguments: [batchID.rawValue])
+            try statements.run(.listComplete, in: db, arguments: [batchID.rawValue])
         }
         return false
     }
@@ -161,8 +154,31 @@ package final class InsertedRow: Sendable {
     }
 }
 
-/// The store's statements. Constant texts: GRDB keeps each prepared in its connection's cache.
+/// The store's statements, each prepared once per transaction (``PreparedStatements``).
 enum SQL {
+    /// The statements an operation runs, by name.
+    enum Name: Int, CaseIterable {
+        case insert, batchEntry, state, stateReleasingLease, validator, checkpoint, completed, publishing,
+            releaseLease, reopen, failed, listComplete
+
+        var text: String {
+            switch self {
+            case .insert: SQL.insert
+            case .batchEntry: SQL.batchEntry
+            case .state: SQL.state
+            case .stateReleasingLease: SQL.stateReleasingLease
+            case .validator: SQL.validator
+            case .checkpoint: SQL.checkpoint
+            case .completed: SQL.completed
+            case .publishing: SQL.publishing
+            case .releaseLease: SQL.releaseLease
+            case .reopen: SQL.reopen
+            case .failed: SQL.failed
+            case .listComplete: SQL.listComplete
+            }
+        }
+    }
+
     /// A transfer this manager may write: its lease is this manager's, or free (or expired) on an unsettled row.
     /// Binds the owner, then now.
     static let mine = "(leaseOwner = ? OR ((leaseOwner IS NULL OR leaseExpires < ?) AND state != 'completed'))"
@@ -223,6 +239,23 @@ enum SQL {
             attempts = MAX(attempts, ?), updatedAt = ?, \(release) WHERE id = ? AND \(mine)
         """
     static let listComplete = "UPDATE batch SET listComplete = 1 WHERE id = ?"
+}
+
+/// The store's statements prepared in one transaction, each the first time it runs there: GRDB's statement cache
+/// finds a statement by hashing its whole text, which for the insert costs about as much as running it, and a
+/// transaction runs the same few statements for every file.
+struct PreparedStatements {
+    private var statements = [Statement?](repeating: nil, count: SQL.Name.allCases.count)
+
+    /// Runs statement `name` with `arguments`.
+    mutating func run(_ name: SQL.Name, in db: Database, arguments: StatementArguments) throws {
+        if let statement = self.statements[name.rawValue] {
+            return try statement.execute(arguments: arguments)
+        }
+        let statement = try db.cachedStatement(sql: name.text)
+        self.statements[name.rawValue] = statement
+        try statement.execute(arguments: arguments)
+    }
 }
 
 extension Database {

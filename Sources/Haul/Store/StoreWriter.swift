@@ -336,14 +336,15 @@ package final class StoreWriter: Sendable {
             let result = Result { () throws -> Set<TransferID> in
                 try Self.inImmediateTransaction(db) {
                     var leased: Set<TransferID> = []
+                    var statements = PreparedStatements()
                     // By index, jobs and operations: iterating would copy each job, and each operation, out of its
                     // array.
                     for job in jobs.indices {
                         let operations = jobs[job].operations
                         for index in operations.indices {
-                            try Self.apply(operations[index], db, owner, &leased)
+                            try Self.apply(operations[index], db, owner, &statements, &leased)
                         }
-                        if let last = jobs[job].last { try Self.apply(last, db, owner, &leased) }
+                        if let last = jobs[job].last { try Self.apply(last, db, owner, &statements, &leased) }
                         // A claim reads the rows as the operations before it left them.
                         if let body = jobs[job].body { try body(db) }
                     }
@@ -384,9 +385,10 @@ package final class StoreWriter: Sendable {
         _ operation: StoreOperation,
         _ db: Database,
         _ owner: String,
+        _ statements: inout PreparedStatements,
         _ leased: inout Set<TransferID>
     ) throws {
-        if try operation.apply(db, owner: owner), let id = operation.insertedID {
+        if try operation.apply(db, owner: owner, statements: &statements), let id = operation.insertedID {
             leased.insert(id)
         }
         if let id = operation.releasedLease { leased.remove(id) }
