@@ -582,6 +582,38 @@ struct TransferStoreTests {
         #expect(try !TransferStore(path: path).holdsNoTransfers, "a store that was there may hold transfers")
     }
 
+    @Test func aRunOfInsertsWrittenInBulkLeavesTheRowsAndEntriesThatOneAtATimeLeaves() throws {
+        // 40 inserts through the writer: 32 in one statement, then 8 one at a time; one row already held by another.
+        let (bulk, single) = (try TransferStore(), try TransferStore())
+        let batch = try bulk.createBatch()
+        #expect(try single.createBatch() == batch)
+        let operations = (0..<40).map { index -> StoreOperation in
+            var row = self.row(String(format: "b%02d", index))
+            row.checksum = index.isMultiple(of: 2) ? "sha256:\(String(repeating: "a", count: 64))" : nil
+            row.expectedSize = index.isMultiple(of: 3) ? Int64(index) : nil
+            row.etag = index.isMultiple(of: 5) ? "\"e\(index)\"" : nil
+            return .insertItem(batchID: batch, position: index, row: row)
+        }
+        for store in [bulk, single] {
+            try store.apply(owner: "B", [.insertItem(batchID: batch, position: 99, row: self.row("b07"))])
+        }
+        let writer = StoreWriter(store: bulk)
+        for operation in operations { writer.enqueue(operation) }
+        writer.flush()
+        try single.apply(owner: writer.owner, operations)
+        let ids = operations.compactMap(\.insertedID)
+        for (written, expected) in zip(try bulk.rows(ids), try single.rows(ids)) {
+            var (written, expected) = (try #require(written), try #require(expected))
+            #expect(abs(written.updatedAt - expected.updatedAt) < 60 && written.updatedAt > 0)
+            #expect(abs((written.leaseExpires ?? 0) - (expected.leaseExpires ?? 0)) < 60)
+            (written.updatedAt, written.leaseExpires, expected.updatedAt, expected.leaseExpires) = (0, nil, 0, nil)
+            #expect(written == expected)
+        }
+        #expect(try bulk.rows(ids).map { $0?.leaseOwner } == ids.map { $0.rawValue == "b07" ? "B" : writer.owner })
+        #expect(try bulk.rows(inBatch: batch).map(\.id) == single.rows(inBatch: batch).map(\.id))
+        #expect(try bulk.transfers(inBatch: batch).count == 41)
+    }
+
     @Test func aCompletedRowSubmittedAgainIsReopenedAndLeasedByItsInsertUnlessItChangedOrIsHeld() throws {
         let store = try TransferStore()
         let ids = (0..<12).map { String(format: "c%02d", $0) }

@@ -59,19 +59,14 @@ package enum StoreOperation: Sendable {
         let now = Date().timeIntervalSince1970
         switch self {
         case .insert(let item):
-            let row = item.row
-            let leases = row.state == TransferState.waiting.description
-            let leaseOwner = leases ? owner : nil
-            let leaseExpires = leases ? now + TransferStore.insertLeaseDuration : nil
-            let values: [(any DatabaseValueConvertible)?] = [
-                row.id, row.url, row.destinationKind, row.destinationPath, row.folder, row.nameComponents,
-                row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
-                row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
-                row.operation, leaseOwner, leaseExpires, owner, now,
-            ]
-            try statements.run(.insert, in: db, arguments: StatementArguments(values))
+            let leases = item.row.state == TransferState.waiting.description
+            try statements.run(
+                .insert,
+                in: db,
+                arguments: StatementArguments(Self.insertValues(item.row, owner: owner, now: now) + [owner, now])
+            )
             let leased = leases && db.changesCount > 0
-            try statements.run(.batchEntry, in: db, arguments: [item.batchID.rawValue, item.position, row.id])
+            try statements.run(.batchEntry, in: db, arguments: [item.batchID.rawValue, item.position, item.row.id])
             return leased
         case .joinBatch(let batchID, let position, let id):
             try statements.run(.batchEntry, in: db, arguments: [batchID.rawValue, position, id.rawValue])
@@ -80,33 +75,54 @@ package enum StoreOperation: Sendable {
         case .state(let id, let state, let attempts):
             // Waiting keeps the lease the insert took (see ``insert(_:)``); running renews nothing here either.
             if state == .running || state == .waiting {
-                try statements.run(.state, in: db, arguments: [state.description, attempts, now, id.rawValue, owner, now]
+                try statements.run(
+                    .state,
+                    in: db,
+                    arguments: [state.description, attempts, now, id.rawValue, owner, now]
                 )
             } else {
-                try statements.run(.stateReleasingLease, in: db, arguments: [state.description, attempts, now, owner, id.rawValue, owner, now]
+                try statements.run(
+                    .stateReleasingLease,
+                    in: db,
+                    arguments: [state.description, attempts, now, owner, id.rawValue, owner, now]
                 )
             }
         case .validator(let id, let etag, let lastModified, let totalSize):
-            try statements.run(.validator, in: db, arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now]
+            try statements.run(
+                .validator,
+                in: db,
+                arguments: [etag, lastModified, totalSize, now, id.rawValue, owner, now]
             )
         case .checkpoint(let id, let bytes):
             // A checkpoint also renews the lease.
-            try statements.run(.checkpoint, in: db, arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner]
+            try statements.run(
+                .checkpoint,
+                in: db,
+                arguments: [bytes, now, now + TransferStore.leaseDuration, id.rawValue, owner]
             )
         case .completed(let id, let file, let modified):
-            try statements.run(.completed, in: db, arguments: [
+            try statements.run(
+                .completed,
+                in: db,
+                arguments: [
                     file.byteCount, file.path.path, modified, file.sha256, now, owner, id.rawValue, owner, now,
                 ]
             )
         case .publishing(let id, let finalPath, let size, let sha256, let modified):
-            try statements.run(.publishing, in: db, arguments: [
+            try statements.run(
+                .publishing,
+                in: db,
+                arguments: [
                     size, finalPath, modified, sha256, now, owner, now + TransferStore.leaseDuration, id.rawValue,
                 ]
             )
         case .releaseLease(let id, let holder):
             try statements.run(.releaseLease, in: db, arguments: [id.rawValue, holder])
         case .failed(let id, let error, let attempts):
-            try statements.run(.failed, in: db, arguments: [
+            try statements.run(
+                .failed,
+                in: db,
+                arguments: [
                     error.code.description, error.message, error.httpStatus, attempts, now, owner, id.rawValue, owner,
                     now,
                 ]
@@ -115,6 +131,43 @@ package enum StoreOperation: Sendable {
             try statements.run(.listComplete, in: db, arguments: [batchID.rawValue])
         }
         return false
+    }
+
+    /// The values ``SQL/insert`` binds for `row`, in its columns' order: a waiting row is leased to `owner`.
+    static func insertValues(_ row: TransferRow, owner: String, now: Double) -> [(any DatabaseValueConvertible)?] {
+        let leases = row.state == TransferState.waiting.description
+        return [
+            row.id, row.url, row.destinationKind, row.destinationPath, row.folder, row.nameComponents,
+            row.usesContentDisposition, row.conflictPolicy, row.headers, row.checksum, row.expectedSize,
+            row.computesSHA256, row.state, row.bytesOnDisk, row.totalSize, row.etag, row.lastModified, now,
+            row.operation, leases ? owner : nil, leases ? now + TransferStore.insertLeaseDuration : nil,
+        ]
+    }
+
+    /// Inserts ``SQL/bulkRows`` rows and their batch entries with one statement each: the same rows as one at a
+    /// time, for about half the cost per row. Returns the transfers whose lease `owner` took: all of the waiting
+    /// ones when every row was written, none when one was not (a row another manager holds; they are claimed
+    /// before their requests, as usual).
+    static func insertInBulk(
+        _ items: [InsertedRow],
+        _ db: Database,
+        owner: String,
+        statements: inout PreparedStatements
+    ) throws -> [TransferID] {
+        precondition(items.count == SQL.bulkRows, "a bulk insert holds \(SQL.bulkRows) rows")
+        let now = Date().timeIntervalSince1970
+        var values: [(any DatabaseValueConvertible)?] = []
+        values.reserveCapacity(items.count * SQL.insertColumns + 2)
+        for item in items { values += Self.insertValues(item.row, owner: owner, now: now) }
+        values += [owner, now]
+        try statements.run(.bulkInsert, in: db, arguments: StatementArguments(values))
+        let written = db.changesCount == items.count
+        var entries: [(any DatabaseValueConvertible)?] = []
+        entries.reserveCapacity(items.count * 3)
+        for item in items { entries += [item.batchID.rawValue, item.position, item.row.id] }
+        try statements.run(.bulkBatchEntries, in: db, arguments: StatementArguments(entries))
+        guard written else { return [] }
+        return items.filter { $0.row.state == TransferState.waiting.description }.map(\.id)
     }
 
     /// Whether this operation inserts a row.
@@ -158,13 +211,15 @@ package final class InsertedRow: Sendable {
 enum SQL {
     /// The statements an operation runs, by name.
     enum Name: Int, CaseIterable {
-        case insert, batchEntry, state, stateReleasingLease, validator, checkpoint, completed, publishing,
-            releaseLease, reopen, failed, listComplete
+        case insert, bulkInsert, batchEntry, bulkBatchEntries, state, stateReleasingLease, validator, checkpoint,
+            completed, publishing, releaseLease, reopen, failed, listComplete
 
         var text: String {
             switch self {
             case .insert: SQL.insert
+            case .bulkInsert: SQL.bulkInsert
             case .batchEntry: SQL.batchEntry
+            case .bulkBatchEntries: SQL.bulkBatchEntries
             case .state: SQL.state
             case .stateReleasingLease: SQL.stateReleasingLease
             case .validator: SQL.validator
@@ -186,20 +241,37 @@ enum SQL {
     /// Gives the lease up when this manager holds it. Binds the owner.
     static let release = "leaseOwner = CASE WHEN leaseOwner = ? THEN NULL ELSE leaseOwner END"
 
+    /// How many values ``insert`` binds for each row.
+    static let insertColumns = 21
+    /// How many rows ``bulkInsert`` holds.
+    static let bulkRows = 32
+
     /// Inserts a row, or updates the row the store has when it is ``mine``: binds the 21 values of the columns, then
     /// the two of ``mine``.
-    static let insert = """
-        INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
-            usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
-            bytesOnDisk, totalSize, etag, lastModified, updatedAt, operation, leaseOwner, leaseExpires)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-        ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
-            checksum = excluded.checksum, expectedSize = excluded.expectedSize,
-            operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
-            updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner, leaseExpires = excluded.leaseExpires
-        WHERE \(mine)
-        """
+    static let insert = Self.insert(rows: 1)
+    /// ``insert`` for ``bulkRows`` rows.
+    static let bulkInsert = Self.insert(rows: bulkRows)
+
+    private static func insert(rows: Int) -> String {
+        let row = "(" + Array(repeating: "?", count: insertColumns).joined(separator: ", ") + ")"
+        return """
+            INSERT INTO transfer (id, url, destinationKind, destinationPath, folder, nameComponents,
+                usesContentDisposition, conflictPolicy, headers, checksum, expectedSize, computesSHA256, state,
+                bytesOnDisk, totalSize, etag, lastModified, updatedAt, operation, leaseOwner, leaseExpires)
+            VALUES \(Array(repeating: row, count: rows).joined(separator: ", "))
+            ON CONFLICT(id) DO UPDATE SET state = excluded.state, headers = excluded.headers,
+                checksum = excluded.checksum, expectedSize = excluded.expectedSize,
+                operation = excluded.operation, errorCode = NULL, errorMessage = NULL, httpStatus = NULL,
+                updatedAt = excluded.updatedAt, leaseOwner = excluded.leaseOwner, leaseExpires = excluded.leaseExpires
+            WHERE \(mine)
+            """
+    }
+
     static let batchEntry = "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES (?, ?, ?)"
+    /// ``batchEntry`` for ``bulkRows`` rows.
+    static let bulkBatchEntries =
+        "INSERT OR REPLACE INTO batchEntry (batchID, position, transferID) VALUES "
+        + Array(repeating: "(?, ?, ?)", count: bulkRows).joined(separator: ", ")
     static let state = """
         UPDATE transfer SET state = ?, attempts = MAX(attempts, ?), updatedAt = ? WHERE id = ? AND \(mine)
         """
@@ -249,12 +321,16 @@ struct PreparedStatements {
 
     /// Runs statement `name` with `arguments`.
     mutating func run(_ name: SQL.Name, in db: Database, arguments: StatementArguments) throws {
-        if let statement = self.statements[name.rawValue] {
-            return try statement.execute(arguments: arguments)
+        let statement: Statement
+        if let prepared = self.statements[name.rawValue] {
+            statement = prepared
+        } else {
+            statement = try db.cachedStatement(sql: name.text)
+            self.statements[name.rawValue] = statement
         }
-        let statement = try db.cachedStatement(sql: name.text)
-        self.statements[name.rawValue] = statement
-        try statement.execute(arguments: arguments)
+        // The store's own statements and values: their counts are right by construction.
+        statement.setUncheckedArguments(arguments)
+        try statement.execute()
     }
 }
 

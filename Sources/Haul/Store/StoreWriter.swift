@@ -341,8 +341,22 @@ package final class StoreWriter: Sendable {
                     // array.
                     for job in jobs.indices {
                         let operations = jobs[job].operations
-                        for index in operations.indices {
+                        var index = operations.startIndex
+                        while index < operations.endIndex {
+                            // A run of a batch's inserts goes in bulk.
+                            if let run = Self.insertRun(operations, at: index) {
+                                let taken = try StoreOperation.insertInBulk(
+                                    run,
+                                    db,
+                                    owner: owner,
+                                    statements: &statements
+                                )
+                                leased.formUnion(taken)
+                                index += run.count
+                                continue
+                            }
                             try Self.apply(operations[index], db, owner, &statements, &leased)
+                            index += 1
                         }
                         if let last = jobs[job].last { try Self.apply(last, db, owner, &statements, &leased) }
                         // A claim reads the rows as the operations before it left them.
@@ -378,6 +392,18 @@ package final class StoreWriter: Sendable {
             }
             self.start(next)
         }
+    }
+
+    /// The next ``SQL/bulkRows`` operations from `index` when they are all inserts; `nil` otherwise.
+    private static func insertRun(_ operations: [StoreOperation], at index: Int) -> [InsertedRow]? {
+        guard operations.endIndex - index >= SQL.bulkRows else { return nil }
+        var run: [InsertedRow] = []
+        run.reserveCapacity(SQL.bulkRows)
+        for offset in 0..<SQL.bulkRows {
+            guard case .insert(let item) = operations[index + offset] else { return nil }
+            run.append(item)
+        }
+        return run
     }
 
     /// Applies one operation, and keeps `leased` up to date: the transfers whose lease the transaction took and kept.
